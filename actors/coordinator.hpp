@@ -1,0 +1,64 @@
+#pragma once
+
+// coordinator: the executor of a mirrored strategy. It plays TF's
+// coordinator role on the calling thread through a scoped actor: `run`
+// broadcasts run_message to the replica actors and gathers their
+// replica_result / merge_request messages; when all N paused in merge_call
+// it runs replica 0's merge function in cross-replica context and scatters
+// each replica's slice (merge_reply). Both sides are threads blocked on
+// their own mailboxes, so no hop goes through CAF's scheduler (whose idle
+// workers sleep, costing ~85 us per wake-up; see docs/threading.md).
+
+#include "strategy_state.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace lockstep::actors {
+
+struct merge_request;
+struct replica_result;
+
+class coordinator final : public detail::replica_executor {
+public:
+  /// Spawns one replica actor per device of `state`.
+  explicit coordinator(detail::strategy_state& state);
+
+  /// Stops the replica actors and waits (bounded) for their threads.
+  ~coordinator() override;
+
+  std::vector<std::any> run(std::shared_ptr<const detail::replica_function> fn,
+                            std::chrono::milliseconds timeout) override;
+
+private:
+  struct call;
+  using time_point = std::chrono::steady_clock::time_point;
+
+  bool receive_one(call& c, time_point deadline);
+  void merge(call& c);
+  void abort_merging(call& c);
+  [[noreturn]] void fail_timed_out(call& c, std::chrono::milliseconds timeout);
+  void on_late(const replica_result& msg);
+  void on_late(const merge_request& msg);
+  void drain_late_messages();
+  void check_not_busy() const;
+
+  detail::strategy_state& state_;
+  std::shared_ptr<caf::actor_system> system_;
+  caf::scoped_actor self_;
+  std::vector<caf::actor> replicas_;
+  /// Per replica: the top-level call it is still running after that call
+  /// timed out (0: idle). Busy replicas make later calls fail fast.
+  std::vector<std::uint64_t> busy_;
+  std::uint64_t next_seq_ = 0;
+  std::uint64_t top_seq_ = 0;
+  int depth_ = 0;
+};
+
+} // namespace lockstep::actors

@@ -1,0 +1,104 @@
+#include "replica_actor.hpp"
+
+#include "thread_mode.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <caf/all.hpp>
+
+#include <optional>
+
+namespace lockstep::actors {
+
+using clock = std::chrono::steady_clock;
+
+replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
+                             detail::strategy_state& state, std::size_t replica)
+  : caf::blocking_actor(cfg),
+    coordinator_(std::move(coordinator)),
+    state_(state),
+    replica_(replica),
+    context_(state, replica, *this) {}
+
+void replica_actor::act() {
+  receive_while([this] { return !stopping_; })(
+    [this](run_message& msg) {
+      execute(msg);
+      aborted_.clear();
+    },
+    [](merge_reply&) {},   // the answer to a merge_call that was unwound
+    [](abort_message&) {}, // nothing is waiting any more
+    [this](caf::exit_msg& msg) {
+      stopping_ = true;
+      fail_state(std::move(msg.reason));
+    });
+}
+
+void replica_actor::execute(run_message& msg) {
+  const auto outer_seq = std::exchange(current_seq_, msg.seq);
+  const auto outer_timeout = std::exchange(current_timeout_, msg.timeout);
+  replica_result result{msg.seq, replica_, {}, {}, false};
+  {
+    detail::mode_guard mode{{&state_, &context_}};
+    device_scope placement{state_.devices[replica_]};
+    try {
+      result.value = (*msg.fn)(context_);
+    } catch (const replica_aborted&) {
+      result.aborted = true;
+    } catch (...) {
+      result.error = std::current_exception();
+    }
+  }
+  current_seq_ = outer_seq;
+  current_timeout_ = outer_timeout;
+  send(coordinator_, std::move(result));
+}
+
+bool replica_actor::aborted(std::uint64_t seq) const noexcept {
+  for (const auto& [first, last] : aborted_)
+    if (first <= seq && seq <= last)
+      return true;
+  return false;
+}
+
+std::any replica_actor::merge(std::any args,
+                              std::shared_ptr<const detail::merge_function> fn) {
+  const auto seq = current_seq_;
+  if (aborted(seq))
+    throw replica_aborted{};
+  send(coordinator_, merge_request{seq, replica_, std::move(args), std::move(fn)});
+  const auto deadline = clock::now() + current_timeout_;
+  std::optional<std::any> reply;
+  bool unwind = false;
+  bool timed_out = false;
+  while (!reply && !unwind && !timed_out) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+      deadline - clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    receive(
+      [&](merge_reply& msg) {
+        if (msg.seq == seq)
+          reply = std::move(msg.value);
+      },
+      [&](run_message& msg) { execute(msg); }, // nested run from the merge function
+      [&](abort_message& msg) { aborted_.emplace_back(msg.first_seq, msg.last_seq); },
+      [&](caf::exit_msg& msg) {
+        stopping_ = true;
+        fail_state(std::move(msg.reason));
+      },
+      caf::after(left) >> [&] { timed_out = true; });
+    unwind = stopping_ || aborted(seq);
+  }
+  if (reply)
+    return std::move(*reply);
+  if (unwind)
+    throw replica_aborted{};
+  throw timeout_error(detail::describe_replica(state_, replica_)
+                      + " got no merge_call result from the coordinator within "
+                      + std::to_string(current_timeout_.count()) + " ms");
+}
+
+} // namespace lockstep::actors

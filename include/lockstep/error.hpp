@@ -1,0 +1,52 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace lockstep {
+
+/// Base of every exception lockstep throws. `what()` carries TF's message
+/// with C++ names, so a reader can look the condition up in TF's docs.
+class error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// TF's RuntimeError: an API used in the wrong context (replica vs
+/// cross-replica, the wrong strategy's scope, concurrent calls).
+class context_error : public error {
+public:
+  using error::error;
+};
+
+/// TF's ValueError and AssertionError: a value that is not acceptable.
+class value_error : public error {
+public:
+  using error::error;
+};
+
+/// TF's TypeError: a value of the wrong kind.
+class type_error : public error {
+public:
+  using error::error;
+};
+
+/// Shapes that must agree do not; the message names both sides.
+class shape_error : public value_error {
+public:
+  using value_error::value_error;
+};
+
+/// Element types that must agree do not; the message names both sides.
+class dtype_error : public type_error {
+public:
+  using type_error::type_error;
+};
+
+/// A blocking wait ran out of time; the message names who is missing.
+class timeout_error : public error {
+public:
+  using error::error;
+};
+
+} // namespace lockstep

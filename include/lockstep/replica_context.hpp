@@ -1,0 +1,154 @@
+#pragma once
+
+#include "lockstep/device_spec.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/nest.hpp"
+#include "lockstep/reduce_op.hpp"
+#include "lockstep/strategy.hpp"
+#include "lockstep/tensor.hpp"
+#include "lockstep/values.hpp"
+
+#include <any>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <typeinfo>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace lockstep {
+
+namespace detail {
+
+/// A merge function with its argument types erased: takes one argument pack
+/// per replica, returns one result per replica.
+using merge_function
+  = std::function<std::vector<std::any>(strategy&, std::vector<std::any>&)>;
+
+/// Where a replica's `merge_call` goes: the coordinator of an actor-based
+/// strategy, or a direct call for single-replica strategies.
+class merge_channel {
+public:
+  virtual ~merge_channel() = default;
+  virtual std::any merge(std::any args,
+                         std::shared_ptr<const merge_function> fn) = 0;
+};
+
+void require_replica_context(const replica_context& ctx);
+
+[[noreturn]] void throw_merge_argument_mismatch(std::size_t replica,
+                                                const std::type_info& expected);
+
+/// Calls `fn(strategy, args...)` when `fn` takes the strategy first, else
+/// `fn(args...)`.
+template <class F, class... Args>
+decltype(auto) invoke_merge_fn(F& fn, strategy& s, Args&&... args) {
+  if constexpr (std::is_invocable_v<F&, strategy&, Args...>)
+    return std::invoke(fn, s, std::forward<Args>(args)...);
+  else
+    return std::invoke(fn, std::forward<Args>(args)...);
+}
+
+} // namespace detail
+
+/// TF's ReplicaContext: what a replica function sees of its strategy. Valid
+/// only on the thread running that replica (or, for the default replica
+/// context, on any thread outside a strategy).
+class replica_context {
+public:
+  replica_context(detail::strategy_state& state, std::size_t replica_id,
+                  detail::merge_channel& channel) noexcept
+    : state_(&state), replica_id_(replica_id), channel_(&channel) {}
+
+  replica_context(const replica_context&) = delete;
+  replica_context& operator=(const replica_context&) = delete;
+
+  lockstep::strategy strategy() const;
+
+  std::size_t num_replicas_in_sync() const noexcept;
+
+  /// This replica's index in [0, num_replicas_in_sync).
+  std::size_t replica_id_in_sync_group() const;
+
+  /// The device(s) this replica runs on.
+  std::vector<device_spec> devices() const;
+
+  /// Pauses every replica at this call, runs `merge_fn` once in
+  /// cross-replica context with each argument regrouped into a
+  /// `per_replica` (`merge_fn` may take the strategy first), and returns
+  /// `select_replica(r, result)` to replica r. Every replica must make the
+  /// same sequence of calls with the same argument types.
+  template <class MergeFn, class... Args>
+  auto merge_call(MergeFn&& merge_fn, const Args&... args) {
+    using result_type = std::decay_t<decltype(detail::invoke_merge_fn(
+      merge_fn, std::declval<lockstep::strategy&>(),
+      std::declval<const per_replica<Args>&>()...))>;
+    using pack = std::tuple<Args...>;
+    auto erased = std::make_shared<const detail::merge_function>(
+      [fn = std::decay_t<MergeFn>(std::forward<MergeFn>(merge_fn))](
+        lockstep::strategy& s, std::vector<std::any>& packs) mutable {
+        std::vector<pack> typed;
+        typed.reserve(packs.size());
+        for (std::size_t r = 0; r < packs.size(); ++r) {
+          auto* p = std::any_cast<pack>(&packs[r]);
+          if (p == nullptr)
+            detail::throw_merge_argument_mismatch(r, typeid(pack));
+          typed.push_back(std::move(*p));
+        }
+        auto grouped = regroup_arguments(typed, std::index_sequence_for<Args...>{});
+        std::vector<std::any> out(packs.size());
+        if constexpr (!std::is_void_v<result_type>) {
+          auto merged = std::apply(
+            [&](const auto&... a) { return detail::invoke_merge_fn(fn, s, a...); },
+            grouped);
+          for (std::size_t r = 0; r < out.size(); ++r)
+            out[r] = select_replica(r, merged);
+        } else {
+          std::apply(
+            [&](const auto&... a) { detail::invoke_merge_fn(fn, s, a...); },
+            grouped);
+        }
+        return out;
+      });
+    detail::require_replica_context(*this);
+    auto mine = channel_->merge(std::any{pack{args...}}, std::move(erased));
+    if constexpr (!std::is_void_v<result_type>)
+      return std::any_cast<select_replica_t<result_type>>(std::move(mine));
+  }
+
+  /// Reduces `value` across replicas; every replica gets the result on its
+  /// own device. All replicas must call it in the same order with the same
+  /// dtypes, shapes and structure.
+  tensor all_reduce(reduce_op op, const tensor& value);
+  std::vector<tensor> all_reduce(reduce_op op, const std::vector<tensor>& values);
+  nest<tensor> all_reduce(reduce_op op, const nest<tensor>& value);
+
+  /// For the library's internals.
+  detail::strategy_state& state() const noexcept { return *state_; }
+
+private:
+  template <class... Args, std::size_t... Is>
+  static std::tuple<per_replica<Args>...>
+  regroup_arguments(const std::vector<std::tuple<Args...>>& packs,
+                    std::index_sequence<Is...>) {
+    return {column<Is>(packs)...};
+  }
+
+  template <std::size_t I, class... Args>
+  static auto column(const std::vector<std::tuple<Args...>>& packs) {
+    using E = std::tuple_element_t<I, std::tuple<Args...>>;
+    std::vector<E> values;
+    values.reserve(packs.size());
+    for (const auto& p : packs)
+      values.push_back(std::get<I>(p));
+    return per_replica<E>{std::move(values)};
+  }
+
+  detail::strategy_state* state_;
+  std::size_t replica_id_;
+  detail::merge_channel* channel_;
+};
+
+} // namespace lockstep

@@ -1,0 +1,311 @@
+#pragma once
+
+#include "lockstep/cross_device_ops.hpp"
+#include "lockstep/device_spec.hpp"
+#include "lockstep/reduce_op.hpp"
+#include "lockstep/tensor.hpp"
+#include "lockstep/values.hpp"
+
+#include <any>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace lockstep {
+
+class replica_context;
+class strategy;
+
+/// Per-call settings of `run`.
+struct run_options {
+  /// Deadline for every replica to return or reach its next `merge_call`;
+  /// unset: the strategy's timeout.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+namespace detail {
+
+struct strategy_state;
+
+/// A replica function with its arguments bound; returns the replica's result.
+using replica_function = std::function<std::any(replica_context&)>;
+
+/// Runs `fn` once per replica and returns the results in replica order.
+std::vector<std::any>
+call_for_each_replica(strategy_state& state,
+                      std::shared_ptr<const replica_function> fn,
+                      const run_options& options);
+
+/// Throws unless this thread may use `state`'s cross-replica API.
+void require_cross_replica_or_default_context(const strategy_state& state);
+
+[[noreturn]] void throw_non_distributed_sum(const std::string& value);
+
+template <class T>
+concept scalar = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+
+/// The tensor element type that holds a C++ scalar of type T.
+template <scalar T>
+using scalar_storage_t = std::conditional_t<
+  std::is_floating_point_v<T>, std::conditional_t<(sizeof(T) <= 4), float, double>,
+  std::conditional_t<(sizeof(T) <= 4), std::int32_t, std::int64_t>>;
+
+/// Calls `fn(ctx, args...)` when `fn` takes the replica context first, else
+/// `fn(args...)`.
+template <class F, class... Args>
+decltype(auto) invoke_replica_fn(F& fn, replica_context& ctx, Args&&... args) {
+  if constexpr (std::is_invocable_v<F&, replica_context&, Args...>)
+    return std::invoke(fn, ctx, std::forward<Args>(args)...);
+  else
+    return std::invoke(fn, std::forward<Args>(args)...);
+}
+
+std::size_t replica_id(const replica_context& ctx);
+
+} // namespace detail
+
+/// RAII guard returned by `strategy::scope()`: the thread is in the
+/// strategy's cross-replica context until the guard is destroyed. Destroy it
+/// on the thread that created it.
+class [[nodiscard]] scope_guard {
+public:
+  scope_guard(scope_guard&& other) noexcept
+    : pushed_(std::exchange(other.pushed_, false)) {}
+  scope_guard(const scope_guard&) = delete;
+  scope_guard& operator=(const scope_guard&) = delete;
+  scope_guard& operator=(scope_guard&&) = delete;
+  ~scope_guard();
+
+private:
+  friend class strategy;
+  explicit scope_guard(bool pushed) noexcept : pushed_(pushed) {}
+  bool pushed_;
+};
+
+/// TF's StrategyExtended: the cross-replica operations for library authors.
+/// Owned by its strategy; every method except the queries requires the
+/// strategy's cross-replica context (or the default context).
+class strategy_extended {
+public:
+  strategy_extended(const strategy_extended&) = delete;
+  strategy_extended& operator=(const strategy_extended&) = delete;
+
+  /// Reduces a per-replica value onto `destination`'s devices.
+  mirrored<tensor> reduce_to(reduce_op op, const per_replica<tensor>& value,
+                             const destinations& destination) const;
+
+  /// Reduces a plain value with TF's `reduce_non_distributed_value` rules:
+  /// MEAN broadcasts it, SUM does so only with one replica, else value_error.
+  mirrored<tensor> reduce_to(reduce_op op, const tensor& value,
+                             const destinations& destination) const;
+
+  /// The same rules for a C++ number; 0 reduces to 0 for any op.
+  template <detail::scalar T>
+  T reduce_to(reduce_op op, T value, const destinations& destination) const {
+    check_reduce_non_distributed(destination);
+    if (value == T{0} || op == reduce_op::mean || num_replicas_in_sync() == 1)
+      return value;
+    detail::throw_non_distributed_sum(std::to_string(value));
+  }
+
+  /// One `reduce_to` per pair, in order (a strategy may fuse them).
+  std::vector<mirrored<tensor>>
+  batch_reduce_to(reduce_op op, const std::vector<reduce_pair>& pairs) const;
+
+  /// A copy of `value` on every destination device.
+  mirrored<tensor> broadcast_to(const tensor& value,
+                                const destinations& destination) const;
+
+  /// C++ numbers are returned unchanged, as TF returns Python numbers.
+  template <detail::scalar T>
+  T broadcast_to(T value, const destinations& destination) const {
+    check_reduce_non_distributed(destination);
+    return value;
+  }
+
+  /// `run` without entering the scope: requires cross-replica context.
+  template <class F, class... Args>
+  auto call_for_each_replica(F&& fn, const Args&... args) const;
+
+  template <class F, class... Args>
+  auto call_for_each_replica(const run_options& options, F&& fn,
+                             const Args&... args) const;
+
+  /// The devices replicas run on; the default strategy has none (context_error).
+  const std::vector<device_spec>& worker_devices() const;
+  /// The devices variables live on; the default strategy has none.
+  const std::vector<device_spec>& parameter_devices() const;
+
+  bool experimental_between_graph() const noexcept;
+  bool experimental_should_init() const noexcept;
+  bool should_checkpoint() const noexcept;
+  bool should_save_summary() const noexcept;
+
+  /// The algorithm reductions delegate to.
+  lockstep::cross_device_ops& cross_device_ops() const;
+
+  /// TF's value_container: the distributed value a component belongs to.
+  /// Values that are not components of a distributed variable are their own
+  /// container.
+  template <class T>
+  const T& value_container(const T& value) const noexcept {
+    return value;
+  }
+
+  /// The default deadline of a `run`.
+  std::chrono::milliseconds timeout() const noexcept;
+
+  std::size_t num_replicas_in_sync() const noexcept;
+
+private:
+  friend struct detail::strategy_state;
+  explicit strategy_extended(detail::strategy_state& state) : state_(&state) {}
+
+  void check_reduce_non_distributed(const destinations& destination) const;
+
+  detail::strategy_state* state_;
+};
+
+/// TF's tf.distribute.Strategy: runs a function on every replica and combines
+/// the results. A strategy is a handle: copies refer to the same strategy,
+/// and the last copy stops its replica actors. Its cross-replica API is used
+/// from one thread at a time; a concurrent call throws context_error.
+class strategy {
+public:
+  /// Enters the strategy's cross-replica context on this thread (re-entrant).
+  /// Entering a second strategy's scope throws context_error, as in TF.
+  scope_guard scope() const;
+
+  /// Runs `fn` once per replica, each on its own device, under `scope()`.
+  /// `fn` may take `replica_context&` first; each argument is passed through
+  /// `select_replica`, so a `per_replica<T>` becomes replica r's `T`. The
+  /// result is the replicas' values in replica order (`void` if `fn`
+  /// returns nothing). An exception in any replica is rethrown here with its
+  /// type; the strategy stays usable.
+  template <class F, class... Args>
+    requires(!std::is_same_v<std::decay_t<F>, run_options>)
+  auto run(F&& fn, const Args&... args) const {
+    return run(run_options{}, std::forward<F>(fn), args...);
+  }
+
+  template <class F, class... Args>
+  auto run(const run_options& options, F&& fn, const Args&... args) const {
+    auto guard = scope();
+    return extended().call_for_each_replica(options, std::forward<F>(fn),
+                                            args...);
+  }
+
+  /// Reduces a per-replica value to one value on the current device. A value
+  /// that is the same object on every replica (`is_single()`) follows TF's
+  /// rules for non-distributed values.
+  template <class T>
+  T reduce(reduce_op op, const per_replica<T>& value) const {
+    if constexpr (std::is_same_v<T, tensor>) {
+      return reduce_tensor(op, value);
+    } else {
+      static_assert(detail::scalar<T>, "reduce needs tensors or numbers");
+      if (value.is_single())
+        return reduce(op, value.primary());
+      std::vector<tensor> parts;
+      for (const auto& x : value.values())
+        parts.push_back(tensor::scalar(detail::scalar_storage_t<T>(x)));
+      return static_cast<T>(reduce_tensor(op, per_replica<tensor>{parts})
+                              .as_double(0));
+    }
+  }
+
+  /// Reduces along `axis` too: SUM sums every component over the axis, then
+  /// across replicas; MEAN divides that by the total length of the axis, so
+  /// replicas with partial batches count exactly.
+  tensor reduce(reduce_op op, const per_replica<tensor>& value,
+                std::int64_t axis) const;
+
+  /// A plain value, with TF's `reduce_non_distributed_value` rules.
+  tensor reduce(reduce_op op, const tensor& value) const;
+
+  template <detail::scalar T>
+  T reduce(reduce_op op, T value) const {
+    detail::require_cross_replica_or_default_context(*state_);
+    return extended().reduce_to(op, value, current_device());
+  }
+
+  /// The components of a distributed value in replica order; a plain value
+  /// is its own single result.
+  template <class T>
+  std::vector<T> experimental_local_results(const T& value) const {
+    return local_results(value);
+  }
+
+  std::size_t num_replicas_in_sync() const noexcept;
+
+  strategy_extended& extended() const noexcept;
+
+  /// E.g. "mirrored_strategy(/job:localhost/replica:0/task:0/device:CPU:0, ...)".
+  std::string to_string() const;
+
+  /// The same strategy (identity, not equal configuration).
+  friend bool operator==(const strategy& a, const strategy& b) noexcept {
+    return a.state_ == b.state_;
+  }
+
+  /// For the library's internals.
+  explicit strategy(std::shared_ptr<detail::strategy_state> state) noexcept
+    : state_(std::move(state)) {}
+  detail::strategy_state& state() const noexcept { return *state_; }
+
+private:
+  tensor reduce_tensor(reduce_op op, const per_replica<tensor>& value) const;
+
+  std::shared_ptr<detail::strategy_state> state_;
+};
+
+template <class F, class... Args>
+auto strategy_extended::call_for_each_replica(F&& fn,
+                                              const Args&... args) const {
+  return call_for_each_replica(run_options{}, std::forward<F>(fn), args...);
+}
+
+template <class F, class... Args>
+auto strategy_extended::call_for_each_replica(const run_options& options,
+                                              F&& fn,
+                                              const Args&... args) const {
+  using result_type = std::decay_t<decltype(detail::invoke_replica_fn(
+    fn, std::declval<replica_context&>(),
+    std::declval<select_replica_t<Args>>()...))>;
+  // Owned by the replicas: a replica that outlives a timed-out call still
+  // finds its function and arguments.
+  auto task = std::make_shared<const detail::replica_function>(
+    [fn = std::decay_t<F>(std::forward<F>(fn)),
+     bound = std::tuple<Args...>(args...)](replica_context& ctx) mutable -> std::any {
+      const auto r = detail::replica_id(ctx);
+      return std::apply(
+        [&](const auto&... a) -> std::any {
+          if constexpr (std::is_void_v<result_type>) {
+            detail::invoke_replica_fn(fn, ctx, select_replica(r, a)...);
+            return {};
+          } else {
+            return detail::invoke_replica_fn(fn, ctx, select_replica(r, a)...);
+          }
+        },
+        bound);
+    });
+  auto results = detail::call_for_each_replica(*state_, std::move(task), options);
+  if constexpr (!std::is_void_v<result_type>) {
+    std::vector<result_type> values;
+    values.reserve(results.size());
+    for (auto& x : results)
+      values.push_back(std::any_cast<result_type>(std::move(x)));
+    if constexpr (is_structure_v<result_type>)
+      (void) regroup(values); // TF rejects structures that differ per replica
+    return per_replica<result_type>{std::move(values)};
+  }
+}
+
+} // namespace lockstep

@@ -1,0 +1,42 @@
+// reduction_to_one_device: gather on one device, reduce, copy out.
+// Bytes moved for N components of S bytes and D destinations: N·S read,
+// S written on the reduce device, then (D-1)·S copied out.
+
+#include "lockstep/cross_device_ops.hpp"
+
+namespace lockstep {
+
+reduction_to_one_device::reduction_to_one_device(std::optional<device_spec> reduce_to_device)
+  : reduce_to_device_(std::move(reduce_to_device)) {
+  if (reduce_to_device_)
+    reduce_to_device_ = reduce_to_device_->canonical();
+}
+
+std::string reduction_to_one_device::name() const {
+  return "reduction_to_one_device";
+}
+
+mirrored<tensor>
+reduction_to_one_device::reduce_implementation(reduce_op op,
+                                               const per_replica<tensor>& value,
+                                               const destinations& destination) {
+  const auto& device = reduce_to_device_ ? *reduce_to_device_ : destination.devices()[0];
+  auto total = value.primary().to(device);
+  for (std::size_t r = 1; r < value.size(); ++r)
+    add_into(total, value[r]);
+  if (op == reduce_op::mean)
+    divide_into(total, static_cast<std::int64_t>(value.size()));
+  std::vector<tensor> copies;
+  copies.reserve(destination.devices().size());
+  for (const auto& d : destination.devices())
+    copies.push_back(d == device ? total : total.to(d));
+  return mirrored<tensor>{std::move(copies)};
+}
+
+std::shared_ptr<cross_device_ops> choose_the_best(const std::vector<device_spec>&) {
+  // TF picks NCCL when every device is a GPU and NCCL is available; there is
+  // no NCCL backend yet, so every device list reduces to one device.
+  return std::make_shared<reduction_to_one_device>();
+}
+
+} // namespace lockstep

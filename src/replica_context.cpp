@@ -1,0 +1,82 @@
+#include "lockstep/replica_context.hpp"
+
+#include "strategy_state.hpp"
+
+#include <string>
+
+namespace lockstep {
+
+namespace {
+
+/// Reduces each column (one per-replica value per leaf) onto its own
+/// replicas' devices, so replica r finds its result on its device.
+std::vector<mirrored<tensor>> reduce_columns(strategy& s, reduce_op op,
+                                             std::vector<per_replica<tensor>> columns) {
+  std::vector<reduce_pair> pairs;
+  pairs.reserve(columns.size());
+  for (auto& column : columns) {
+    destinations where{column};
+    pairs.push_back({std::move(column), std::move(where)});
+  }
+  return s.extended().batch_reduce_to(op, pairs);
+}
+
+} // namespace
+
+namespace detail {
+
+void throw_merge_argument_mismatch(std::size_t replica, const std::type_info& expected) {
+  throw type_error("merge_call: replica " + std::to_string(replica)
+                   + " passed arguments of a different type than replica 0 ("
+                   + expected.name() + ")");
+}
+
+} // namespace detail
+
+strategy replica_context::strategy() const {
+  return state_->handle();
+}
+
+std::size_t replica_context::num_replicas_in_sync() const noexcept {
+  return state_->extended.num_replicas_in_sync();
+}
+
+std::size_t replica_context::replica_id_in_sync_group() const {
+  detail::require_replica_context(*this);
+  return replica_id_;
+}
+
+std::vector<device_spec> replica_context::devices() const {
+  detail::require_replica_context(*this);
+  if (replica_id_ < state_->devices.size())
+    return {state_->devices[replica_id_]};
+  return {current_device()}; // the default strategy runs where it is called
+}
+
+std::vector<tensor> replica_context::all_reduce(reduce_op op,
+                                                const std::vector<tensor>& values) {
+  return merge_call(
+    [op](lockstep::strategy& s, const per_replica<std::vector<tensor>>& parts) {
+      return reduce_columns(s, op, regroup(parts));
+    },
+    values);
+}
+
+tensor replica_context::all_reduce(reduce_op op, const tensor& value) {
+  return all_reduce(op, std::vector<tensor>{value}).at(0);
+}
+
+nest<tensor> replica_context::all_reduce(reduce_op op, const nest<tensor>& value) {
+  return merge_call(
+    [op](lockstep::strategy& s, const per_replica<nest<tensor>>& parts) {
+      auto grouped = regroup(parts); // value_error if structures differ
+      auto reduced = reduce_columns(s, op, grouped.flatten());
+      std::vector<nest<tensor>> out;
+      for (std::size_t r = 0; r < parts.size(); ++r)
+        out.push_back(parts.primary().pack(select_replica(r, reduced)));
+      return per_replica<nest<tensor>>{std::move(out)};
+    },
+    value);
+}
+
+} // namespace lockstep

@@ -1,0 +1,84 @@
+#pragma once
+
+// The shared state behind a strategy handle, and the executor interface that
+// runs replica functions. Internal: not installed.
+
+#include "lockstep/cross_device_ops.hpp"
+#include "lockstep/device_spec.hpp"
+#include "lockstep/replica_context.hpp"
+#include "lockstep/strategy.hpp"
+
+#include <any>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace lockstep::detail {
+
+/// Runs a replica function once per replica and gathers the results.
+class replica_executor {
+public:
+  virtual ~replica_executor() = default;
+
+  /// Results in replica order. Rethrows a replica's exception; throws
+  /// timeout_error when a replica does not return or reach `merge_call`
+  /// within `timeout`.
+  virtual std::vector<std::any> run(std::shared_ptr<const replica_function> fn,
+                                    std::chrono::milliseconds timeout)
+    = 0;
+};
+
+enum class strategy_kind { default_strategy, one_device, mirrored };
+
+struct strategy_state : std::enable_shared_from_this<strategy_state> {
+  strategy_state(strategy_kind kind, std::vector<device_spec> devices,
+                 std::shared_ptr<cross_device_ops> ops,
+                 std::chrono::milliseconds timeout);
+
+  strategy_state(const strategy_state&) = delete;
+  strategy_state& operator=(const strategy_state&) = delete;
+
+  /// "mirrored_strategy(<devices>)", used in error messages.
+  std::string name() const;
+
+  lockstep::strategy handle() { return lockstep::strategy{shared_from_this()}; }
+
+  const strategy_kind kind;
+  const std::vector<device_spec> devices;
+  const std::shared_ptr<cross_device_ops> ops;
+  const std::chrono::milliseconds timeout;
+  strategy_extended extended{*this};
+
+  /// The thread using the cross-replica API right now, and its nesting depth
+  /// (a `run` inside a merge function is nested on the same thread).
+  std::atomic<std::thread::id> user;
+  int user_depth = 0;
+
+  /// Declared last: destroyed first, so replicas stop while the rest of the
+  /// state is still intact.
+  std::unique_ptr<replica_executor> executor;
+};
+
+/// The process-wide default strategy (never destroyed).
+strategy_state& default_strategy_state();
+
+/// RAII claim of a strategy's cross-replica API by the calling thread;
+/// context_error when another thread holds it.
+class user_claim {
+public:
+  explicit user_claim(strategy_state& state);
+  ~user_claim();
+  user_claim(const user_claim&) = delete;
+  user_claim& operator=(const user_claim&) = delete;
+
+private:
+  strategy_state& state_;
+};
+
+/// "replica 1 (/job:localhost/replica:0/task:0/device:CPU:1)"
+std::string describe_replica(const strategy_state& state, std::size_t replica);
+
+} // namespace lockstep::detail
