@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <mutex>
 
 namespace lockstep::actors {
 
@@ -73,7 +74,10 @@ coordinator::~coordinator() {
     LOCKSTEP_LOG_ERROR("{}: {} replica thread(s) still run user code at shutdown; "
                        "leaving them running",
                        state_.name(), replicas_.size() - down);
-    new std::shared_ptr<caf::actor_system>(system_); // intentional leak
+    static auto* abandoned = new std::vector<std::shared_ptr<caf::actor_system>>;
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> lock{mutex};
+    abandoned->push_back(system_); // never destroyed, on purpose
   }
 }
 

@@ -16,6 +16,10 @@ namespace lockstep {
 /// TF passes through `all_reduce` and returns from replica functions (TF's
 /// tuples are lists here). Dicts are ordered by key, so `flatten` visits
 /// leaves in the same order on every replica.
+///
+/// Braces make a list: `nest<tensor>{a, b}` is the list [a, b], and so is
+/// `nest<tensor>{a}`; write `nest<tensor>(a)` for a leaf and
+/// `nest<tensor>(nest<tensor>::dict{...})` for a dict.
 template <class T>
 class nest {
 public:

@@ -130,8 +130,10 @@ public:
     return value;
   }
 
-  /// `run` without entering the scope: requires cross-replica context.
+  /// `run` for library authors: requires the strategy's cross-replica
+  /// context (or the default context) and enters the scope.
   template <class F, class... Args>
+    requires(!std::is_same_v<std::decay_t<F>, run_options>)
   auto call_for_each_replica(F&& fn, const Args&... args) const;
 
   template <class F, class... Args>
@@ -239,7 +241,7 @@ public:
   /// The components of a distributed value in replica order; a plain value
   /// is its own single result.
   template <class T>
-  std::vector<T> experimental_local_results(const T& value) const {
+  auto experimental_local_results(const T& value) const {
     return local_results(value);
   }
 
@@ -267,6 +269,7 @@ private:
 };
 
 template <class F, class... Args>
+  requires(!std::is_same_v<std::decay_t<F>, run_options>)
 auto strategy_extended::call_for_each_replica(F&& fn,
                                               const Args&... args) const {
   return call_for_each_replica(run_options{}, std::forward<F>(fn), args...);

@@ -339,7 +339,13 @@ std::vector<T> local_results(const distributed_values<T>& value) {
   return value.values();
 }
 
+/// True for per_replica, mirrored and other distributed_values.
 template <class T>
+concept distributed = requires { typename T::value_type; }
+  && std::is_base_of_v<distributed_values<typename T::value_type>, T>;
+
+template <class T>
+  requires(!distributed<T>)
 std::vector<T> local_results(const T& value) {
   return {value};
 }

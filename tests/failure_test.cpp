@@ -1,0 +1,232 @@
+// Failures in the actor protocol: exceptions keep their type and unwind the
+// other replicas, mismatched merge_call counts, stalls that time out and
+// name the replica, busy replicas after a timeout, and clean shutdown.
+
+#include "lockstep/lockstep.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+using namespace lockstep;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct custom_error : std::runtime_error {
+  int code;
+  explicit custom_error(int c) : std::runtime_error("custom " + std::to_string(c)), code(c) {}
+};
+
+std::size_t id_of(replica_context& ctx) {
+  return ctx.replica_id_in_sync_group();
+}
+
+std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
+/// The strategy still works: every replica runs and merges.
+void check_usable(const strategy& s) {
+  auto sums = s.run([](replica_context& ctx) {
+    return ctx.merge_call([](const per_replica<std::size_t>& v) { return v.size(); }, id_of(ctx));
+  });
+  for (auto x : sums.values())
+    CHECK(x == s.num_replicas_in_sync());
+}
+
+const std::string cpu1 = "replica 1 (/job:localhost/replica:0/task:0/device:CPU:1)";
+
+} // namespace
+
+TEST_CASE("an exception in one replica reaches the caller with its type; the others unwind") {
+  for (int n : {1, 2, 3, 4, 7}) {
+    CAPTURE(n);
+    mirrored_strategy s{cpu_devices(n)};
+    const auto thrower = static_cast<std::size_t>(n - 1);
+    std::atomic<int> unwound{0};
+    try {
+      s.run([&](replica_context& ctx) {
+        struct on_unwind {
+          std::atomic<int>& count;
+          ~on_unwind() { ++count; }
+        } guard{unwound};
+        if (id_of(ctx) == thrower)
+          throw custom_error{static_cast<int>(thrower)};
+        ctx.merge_call([] {});
+        FAIL("a replica passed a merge_call that another replica never reached");
+      });
+      FAIL("run did not throw");
+    } catch (const custom_error& e) {
+      CHECK(e.code == n - 1);
+    }
+    CHECK(unwound == n);
+    check_usable(s);
+  }
+}
+
+TEST_CASE("an exception in merge_fn reaches the caller with its type") {
+  mirrored_strategy s{cpu_devices(3)};
+  CHECK_THROWS_AS(s.run([](replica_context& ctx) {
+                    return ctx.merge_call([](const per_replica<std::size_t>&) -> int { throw custom_error{7}; },
+                                          id_of(ctx));
+                  }),
+                  custom_error);
+  check_usable(s);
+}
+
+TEST_CASE("an exception in a run nested inside merge_fn reaches the caller") {
+  mirrored_strategy s{cpu_devices(2)};
+  CHECK_THROWS_WITH_AS(s.run([](replica_context& ctx) {
+                         ctx.merge_call([](strategy& st) {
+                           st.run([](replica_context& inner) {
+                             if (id_of(inner) == 1)
+                               throw std::out_of_range("nested");
+                           });
+                         });
+                       }),
+                       "nested", std::out_of_range);
+  check_usable(s);
+}
+
+TEST_CASE("a merge_fn may catch the failure of its nested run and go on") {
+  mirrored_strategy s{cpu_devices(3)};
+  auto result = s.run([](replica_context& ctx) {
+    return ctx.merge_call([](strategy& st) {
+      try {
+        st.run([](replica_context& inner) {
+          if (id_of(inner) == 0)
+            throw custom_error{1};
+          inner.merge_call([] {});
+        });
+      } catch (const custom_error&) {
+        return 99;
+      }
+      return 0;
+    });
+  });
+  CHECK(result.values() == std::vector<int>{99, 99, 99});
+  check_usable(s);
+}
+
+TEST_CASE("different numbers of merge_call calls are TF's error, naming the replicas") {
+  mirrored_strategy s{cpu_devices(3)};
+  CHECK_THROWS_WITH_AS(s.run([](replica_context& ctx) {
+                         if (id_of(ctx) == 1)
+                           ctx.merge_call([] {});
+                       }),
+                       doctest::Contains("Some replicas made a different number of "
+                                         "replica_context().merge_call() calls. Returned: replica 0 ("),
+                       context_error);
+  try {
+    s.run([](replica_context& ctx) {
+      if (id_of(ctx) == 1)
+        ctx.merge_call([] {});
+    });
+  } catch (const context_error& e) {
+    CHECK(std::string{e.what()}.find("waiting in merge_call: " + cpu1) != std::string::npos);
+  }
+  check_usable(s);
+}
+
+TEST_CASE("merge_call arguments of different types are a type_error") {
+  mirrored_strategy s{cpu_devices(2)};
+  CHECK_THROWS_WITH_AS(s.run([](replica_context& ctx) {
+                         if (id_of(ctx) == 0)
+                           ctx.merge_call([](const per_replica<int>&) {}, 1);
+                         else
+                           ctx.merge_call([](const per_replica<double>&) {}, 1.0);
+                       }),
+                       doctest::Contains("merge_call: replica 1 passed arguments of a different type"), type_error);
+  check_usable(s);
+}
+
+TEST_CASE("a replica that does not reach merge_call times out, named; then it is busy until it returns") {
+  std::atomic<bool> release{false};
+  mirrored_strategy s{cpu_devices(3)};
+  const run_options quick{100ms};
+  try {
+    s.run(quick, [&](replica_context& ctx) {
+      if (id_of(ctx) == 1)
+        while (!release)
+          std::this_thread::sleep_for(1ms);
+      ctx.merge_call([] {});
+    });
+    FAIL("no timeout");
+  } catch (const timeout_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("run timed out after 100 ms: " + cpu1 + " did not return or reach merge_call") == 0);
+    CHECK(what.find("waiting in merge_call: replica 0 (") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(s.run([] {}), (cpu1 + " still runs a replica function from a call that timed out; "
+                                             "the strategy accepts new calls once it returns").c_str(),
+                       timeout_error);
+  release = true;
+  // Its late merge_call is unwound and its late result discarded.
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    try {
+      check_usable(s);
+      break;
+    } catch (const timeout_error&) {
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  check_usable(s);
+}
+
+TEST_CASE("the strategy's timeout applies when a call names none") {
+  std::atomic<bool> release{false};
+  mirrored_strategy s{cpu_devices(2), {nullptr, 50ms}};
+  CHECK(s.extended().timeout() == 50ms);
+  CHECK_THROWS_WITH_AS(s.run([&](replica_context& ctx) {
+                         if (id_of(ctx) == 0)
+                           while (!release)
+                             std::this_thread::sleep_for(1ms);
+                       }),
+                       doctest::Contains("run timed out after 50 ms: replica 0 ("), timeout_error);
+  release = true;
+}
+
+TEST_CASE("a replica failing while another is stalled: the failure wins after the timeout") {
+  std::atomic<bool> release{false};
+  mirrored_strategy s{cpu_devices(2)};
+  CHECK_THROWS_AS(s.run(run_options{100ms},
+                        [&](replica_context& ctx) {
+                          if (id_of(ctx) == 0)
+                            throw custom_error{3};
+                          while (!release)
+                            std::this_thread::sleep_for(1ms);
+                        }),
+                  custom_error);
+  release = true;
+}
+
+TEST_CASE("creating and destroying strategies leaks no threads") {
+  const auto before = thread_count();
+  for (int i = 0; i < 20; ++i) {
+    mirrored_strategy s{cpu_devices(4)};
+    check_usable(s);
+  }
+  CHECK(thread_count() == before);
+}
+
+TEST_CASE("destroying a strategy whose replica is stuck in user code does not hang") {
+  static std::atomic<bool> release{false}; // outlives the abandoned replica thread
+  {
+    mirrored_strategy s{cpu_devices(2), {nullptr, 50ms}};
+    CHECK_THROWS_AS(s.run([&](replica_context& ctx) {
+                      if (id_of(ctx) == 1)
+                        while (!release)
+                          std::this_thread::sleep_for(1ms);
+                    }),
+                    timeout_error);
+  }
+  release = true;
+}
