@@ -30,7 +30,7 @@ namespace lockstep::actors {
 struct run_message {
   std::uint64_t seq;
   std::shared_ptr<const detail::replica_function> fn;
-  /// How long the replica waits in merge_call before giving up.
+  /// The call's timeout; a replica waits twice as long for a merge result.
   std::chrono::milliseconds timeout;
 };
 

@@ -67,7 +67,10 @@ std::any replica_actor::merge(std::any args,
   if (aborted(seq))
     throw replica_aborted{};
   send(coordinator_, merge_request{seq, replica_, std::move(args), std::move(fn)});
-  const auto deadline = clock::now() + current_timeout_;
+  // The coordinator's deadline decides stalls; this twice-as-long one only
+  // guards against a coordinator that never answers (a hung merge function).
+  const auto patience = 2 * current_timeout_;
+  const auto deadline = clock::now() + patience;
   std::optional<std::any> reply;
   bool unwind = false;
   bool timed_out = false;
@@ -98,7 +101,7 @@ std::any replica_actor::merge(std::any args,
     throw replica_aborted{};
   throw timeout_error(detail::describe_replica(state_, replica_)
                       + " got no merge_call result from the coordinator within "
-                      + std::to_string(current_timeout_.count()) + " ms");
+                      + std::to_string(patience.count()) + " ms");
 }
 
 } // namespace lockstep::actors

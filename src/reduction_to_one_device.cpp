@@ -26,10 +26,16 @@ reduction_to_one_device::reduce_implementation(reduce_op op,
     add_into(total, value[r]);
   if (op == reduce_op::mean)
     divide_into(total, static_cast<std::int64_t>(value.size()));
+  // The reduced buffer goes to the first destination on its device; every
+  // other destination (even one naming that device again) gets its own copy.
   std::vector<tensor> copies;
   copies.reserve(destination.devices().size());
-  for (const auto& d : destination.devices())
-    copies.push_back(d == device ? total : total.to(d));
+  bool placed = false;
+  for (const auto& d : destination.devices()) {
+    const bool take = !placed && d == device;
+    placed = placed || take;
+    copies.push_back(take ? total : total.to(d));
+  }
   return mirrored<tensor>{std::move(copies)};
 }
 

@@ -151,7 +151,7 @@ TEST_CASE("merge_call arguments of different types are a type_error") {
 TEST_CASE("a replica that does not reach merge_call times out, named; then it is busy until it returns") {
   std::atomic<bool> release{false};
   mirrored_strategy s{cpu_devices(3)};
-  const run_options quick{100ms};
+  const run_options quick{300ms}; // long enough for replica 0 to reach merge_call under load
   try {
     s.run(quick, [&](replica_context& ctx) {
       if (id_of(ctx) == 1)
@@ -162,7 +162,8 @@ TEST_CASE("a replica that does not reach merge_call times out, named; then it is
     FAIL("no timeout");
   } catch (const timeout_error& e) {
     const std::string what = e.what();
-    CHECK(what.find("run timed out after 100 ms: " + cpu1 + " did not return or reach merge_call") == 0);
+    CAPTURE(what);
+    CHECK(what.find("run timed out after 300 ms: " + cpu1 + " did not return or reach merge_call") == 0);
     CHECK(what.find("waiting in merge_call: replica 0 (") != std::string::npos);
   }
   CHECK_THROWS_WITH_AS(s.run([] {}), (cpu1 + " still runs a replica function from a call that timed out; "

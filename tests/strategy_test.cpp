@@ -278,7 +278,7 @@ TEST_CASE("per_replica arguments are unwrapped; plain ones are shared") {
 TEST_CASE("structures that differ across replicas are an error naming the replica") {
   mirrored_strategy s{cpu_devices(2)};
   CHECK_THROWS_WITH_AS(s.run([](replica_context& ctx) { return std::vector<int>(ctx.replica_id_in_sync_group() + 1); }),
-                       "regroup: replica 1 returned a list of 2 elements but replica 0 returned a list of 1",
+                       "regroup: replica 1 returned a list of 2 but replica 0 returned a list of 1",
                        value_error);
   CHECK_THROWS_AS(s.run([](replica_context& ctx) {
                     return ctx.all_reduce(reduce_op::sum, std::vector<tensor>(ctx.replica_id_in_sync_group() + 1,

@@ -98,16 +98,13 @@ public:
   /// `leaves`; value_error if the count differs.
   template <class U>
   nest<U> pack(const std::vector<U>& leaves) const {
-    std::size_t next = 0;
-    auto out = map([&](const T&) -> U {
-      if (next >= leaves.size())
-        throw value_error("nest::pack: too few leaves");
-      return leaves[next++];
-    });
-    if (next != leaves.size())
+    std::size_t count = 0;
+    visit_leaves([&](const T&) { ++count; });
+    if (count != leaves.size())
       throw value_error("nest::pack: " + std::to_string(leaves.size())
-                        + " leaves for a structure of " + std::to_string(next));
-    return out;
+                        + " leaves for a structure of " + std::to_string(count));
+    std::size_t next = 0;
+    return map([&](const T&) { return leaves[next++]; });
   }
 
   /// True when both trees have the same lists (lengths) and dicts (keys).

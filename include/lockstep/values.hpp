@@ -66,6 +66,16 @@ protected:
   distributed_values(std::vector<T> values, bool single)
     : values_(std::move(values)), single_(single) {}
 
+  /// One component, or components that are all the same object.
+  bool all_same() const {
+    if (values_.empty())
+      return false;
+    for (std::size_t i = 1; i < values_.size(); ++i)
+      if (!identity_traits<T>::same_object(values_[0], values_[i]))
+        return false;
+    return true;
+  }
+
   std::vector<T> values_;
   bool single_ = false;
 };
@@ -81,25 +91,17 @@ public:
   /// value or all are the same object, as TF's `regroup` does.
   explicit per_replica(std::vector<T> values)
     : distributed_values<T>(std::move(values), false) {
-    this->single_ = all_same(this->values_);
+    this->single_ = this->all_same();
   }
 
-  /// The same object on `replicas` replicas.
+  /// The same object on `replicas` (at least one) replicas.
   static per_replica single(T value, std::size_t replicas) {
+    if (replicas == 0)
+      throw value_error("per_replica::single needs at least one replica");
     per_replica out;
     out.values_.assign(replicas, std::move(value));
     out.single_ = true;
     return out;
-  }
-
-private:
-  static bool all_same(const std::vector<T>& xs) {
-    if (xs.empty())
-      return false;
-    for (std::size_t i = 1; i < xs.size(); ++i)
-      if (!identity_traits<T>::same_object(xs[0], xs[i]))
-        return false;
-    return true;
   }
 };
 
@@ -111,7 +113,7 @@ public:
   mirrored() = default;
   explicit mirrored(std::vector<T> values)
     : distributed_values<T>(std::move(values), false) {
-    this->single_ = this->values_.size() == 1;
+    this->single_ = this->all_same();
   }
 };
 
@@ -231,7 +233,7 @@ struct regrouper<std::vector<T>> {
     for (std::size_t r = 1; r < values.size(); ++r)
       if (values[r].size() != n)
         detail::throw_structure_mismatch(
-          r, "a list of " + std::to_string(values[r].size()) + " elements",
+          r, "a list of " + std::to_string(values[r].size()),
           "a list of " + std::to_string(n));
     for (std::size_t i = 0; i < n; ++i) {
       std::vector<T> column;

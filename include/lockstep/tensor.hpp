@@ -1,0 +1,198 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/device_spec.hpp"
+#include "lockstep/dtype.hpp"
+
+namespace lockstep {
+
+/// Dimensions of a tensor, outermost first; {} is a scalar.
+using shape_t = std::vector<std::int64_t>;
+
+/// "[2, 3]"; "[]" for a scalar.
+std::string shape_to_string(const shape_t& shape);
+
+/// A dense, row-major array of one dtype in a reference-counted host buffer
+/// (64-byte aligned), tagged with the canonical device it lives on.
+/// Copying a tensor copies the handle: both copies share one buffer, and a
+/// write through either is seen by both. `copy()` and `to()` copy the data.
+class tensor {
+public:
+  // -- construction -----------------------------------------------------------
+
+  /// An empty float32 tensor of shape {0} on `current_device()`.
+  tensor();
+
+  /// A tensor of `shape` filled with zeros. Throws shape_error for a
+  /// negative dimension.
+  static tensor zeros(lockstep::dtype type, shape_t shape,
+                      const device_spec& device = current_device());
+
+  /// A tensor of `shape` with every element `static_cast`ed from `value`
+  /// (integers truncate toward zero; `value` must fit the dtype).
+  static tensor filled(lockstep::dtype type, shape_t shape, double value,
+                       const device_spec& device = current_device());
+
+  /// A tensor of `shape` holding a copy of `values` in row-major order.
+  /// Throws shape_error unless the shape has exactly `values.size()` elements.
+  template <class T>
+  static tensor from(const std::vector<T>& values, shape_t shape,
+                     const device_spec& device = current_device()) {
+    return from_elements(dtype_of_v<T>, values.data(), values.size(), std::move(shape), device);
+  }
+
+  /// A 1-D tensor holding a copy of `values`, on `current_device()`.
+  template <class T>
+  static tensor from(const std::vector<T>& values) {
+    return from(values, {static_cast<std::int64_t>(values.size())});
+  }
+
+  /// A 1-D tensor holding `values`, on `current_device()`.
+  template <class T>
+  static tensor from(std::initializer_list<T> values) {
+    return from_elements(dtype_of_v<T>, values.begin(), values.size(),
+                         {static_cast<std::int64_t>(values.size())}, current_device());
+  }
+
+  /// A rank-0 tensor holding `value`.
+  template <class T>
+  static tensor scalar(T value, const device_spec& device = current_device()) {
+    return from_elements(dtype_of_v<T>, &value, 1, {}, device);
+  }
+
+  // -- properties -------------------------------------------------------------
+
+  /// The element type.
+  lockstep::dtype dtype() const { return dtype_; }
+
+  /// The dimensions, outermost first.
+  const shape_t& shape() const { return shape_; }
+
+  /// The number of dimensions (0 for a scalar).
+  std::size_t rank() const { return shape_.size(); }
+
+  /// The product of the dimensions (1 for a scalar).
+  std::int64_t num_elements() const { return num_elements_; }
+
+  /// `num_elements() * size_of(dtype())`.
+  std::size_t byte_size() const;
+
+  /// The canonical device this tensor lives on.
+  const device_spec& device() const { return device_; }
+
+  // -- element access ---------------------------------------------------------
+
+  /// The elements as `T`. Throws dtype_error, naming both dtypes, unless
+  /// `T` is this tensor's element type.
+  template <class T>
+  std::span<T> data() {
+    check_element_type(dtype_of_v<T>);
+    return {static_cast<T*>(raw_data()), static_cast<std::size_t>(num_elements_)};
+  }
+
+  /// The elements as `T`, read-only; throws as the non-const overload.
+  template <class T>
+  std::span<const T> data() const {
+    check_element_type(dtype_of_v<T>);
+    return {static_cast<const T*>(raw_data()), static_cast<std::size_t>(num_elements_)};
+  }
+
+  /// The start of the buffer (`byte_size()` bytes).
+  void* raw_data() { return buffer_.get(); }
+
+  /// The start of the buffer, read-only.
+  const void* raw_data() const { return buffer_.get(); }
+
+  /// Element `flat_index` in row-major order. Throws dtype_error as
+  /// `data<T>()`, and value_error unless 0 <= flat_index < num_elements().
+  template <class T>
+  T at(std::int64_t flat_index) const {
+    check_index(flat_index);
+    return data<T>()[static_cast<std::size_t>(flat_index)];
+  }
+
+  /// Element `flat_index` of any dtype, converted to double; bounds-checked
+  /// as `at()`.
+  double as_double(std::int64_t flat_index) const;
+
+  // -- copies and views -------------------------------------------------------
+
+  /// A deep copy on the same device.
+  tensor copy() const;
+
+  /// A deep copy on `device` (canonicalised); always a new buffer, even if
+  /// `device` is this tensor's device.
+  tensor to(const device_spec& device) const;
+
+  /// True when both handles share one buffer (identity, not equality).
+  bool same_buffer(const tensor& other) const;
+
+  /// A handle with `shape` that shares this buffer. Throws shape_error
+  /// unless `shape` has as many elements as this tensor.
+  tensor reshaped(shape_t shape) const;
+
+  /// "tensor<float32>[2]{1, 2} @/job:localhost/replica:0/task:0/device:CPU:0";
+  /// elements are listed flat, the middle ones elided beyond 8 elements.
+  std::string to_string() const;
+
+private:
+  tensor(lockstep::dtype type, shape_t shape, const device_spec& device);
+
+  static tensor from_elements(lockstep::dtype type, const void* elements, std::size_t count,
+                              shape_t shape, const device_spec& device);
+
+  void check_element_type(lockstep::dtype requested) const;
+
+  void check_index(std::int64_t flat_index) const;
+
+  lockstep::dtype dtype_;
+  shape_t shape_;
+  std::int64_t num_elements_;
+  std::shared_ptr<std::byte> buffer_;
+  device_spec device_;
+};
+
+/// Same dtype, shape and element values (compared as the element type, so
+/// NaN != NaN); the devices are not compared.
+bool operator==(const tensor& lhs, const tensor& rhs);
+
+/// Writes `t.to_string()`.
+std::ostream& operator<<(std::ostream& out, const tensor& t);
+
+// -- kernels ------------------------------------------------------------------
+// In-place elementwise kernels over host buffers. Binary kernels check the
+// dtypes first (dtype_error) and then the shapes (shape_error), naming both
+// sides. Devices are not compared: every buffer is host memory. Integer
+// results must fit the dtype, as in C++.
+
+/// `accumulator += x`, elementwise. `x` may share the accumulator's buffer.
+void add_into(tensor& accumulator, const tensor& x);
+
+/// `x *= factor`, elementwise. Floating dtypes multiply by `factor` cast to
+/// the dtype (as TF's `x * tf.cast(factor, x.dtype)`); integer dtypes
+/// compute in double and truncate toward zero.
+void scale_into(tensor& x, double factor);
+
+/// `x /= divisor`, elementwise. Integer dtypes truncate toward zero (C++
+/// `/`, so -7 / 2 == -3) and throw value_error for a zero divisor; floating
+/// dtypes divide by `divisor` cast to the dtype.
+void divide_into(tensor& x, std::int64_t divisor);
+
+/// Copies the elements of `source` into `destination`'s buffer.
+void copy_into(tensor& destination, const tensor& source);
+
+/// The sum of `x` over dimension `axis`: a new tensor on `x`'s device whose
+/// shape is `x`'s without that dimension. Throws value_error unless
+/// `axis < x.rank()`.
+tensor reduce_sum_axis(const tensor& x, std::size_t axis);
+
+} // namespace lockstep
