@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages that lockstep needs to build, test,
+# benchmark and plot, skipping those already installed; with nothing missing
+# it changes nothing and needs no network. Run it as root, or as a user who
+# may sudo.
+set -euo pipefail
+
+# The one list of packages lockstep depends on.
+packages=(
+  build-essential g++ meson ninja-build pkg-config cmake ccache  # toolchain
+  libcaf-dev            # C++ Actor Framework 0.17
+  libboost-dev          # Boost.Asio (header-only)
+  doctest-dev           # tests
+  nlohmann-json3-dev    # cluster specs (TF_CONFIG), checkpoints
+  libspdlog-dev         # logging (brings libfmt-dev)
+  libeigen3-dev
+  zlib1g-dev
+  gnuplot-nox           # plots of benchmark tables
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  as_root=(sudo)
+else
+  echo "install-deps: missing ${missing[*]}; run this script as root to install them" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Wait for another apt or dpkg run to finish instead of failing at once.
+apt_options=(-o DPkg::Lock::Timeout=300)
+"${as_root[@]}" apt-get "${apt_options[@]}" update
+"${as_root[@]}" apt-get "${apt_options[@]}" install -y --no-install-recommends "${missing[@]}"
