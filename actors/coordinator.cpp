@@ -2,16 +2,21 @@
 
 #include "actor_system.hpp"
 #include "messages.hpp"
+#include "prompt_blocking_actor.hpp"
 #include "replica_actor.hpp"
 #include "log.hpp"
 #include "thread_mode.hpp"
 
 #include "lockstep/error.hpp"
+#include "lockstep/runtime_options.hpp"
 
 #include <caf/all.hpp>
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
+
+#include <sched.h>
 
 namespace lockstep::actors {
 
@@ -21,6 +26,28 @@ namespace {
 
 /// How long unwinding replicas (which only wait in a mailbox) get to report.
 constexpr auto unwind_grace = std::chrono::seconds{5};
+
+/// CPUs this process may run on (its affinity mask, e.g. a container's cpuset).
+std::size_t usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return static_cast<std::size_t>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// The coordinator's mailbox: never launched on a thread of its own; the
+/// thread calling `run` receives from it, as with caf::scoped_actor.
+class coordinator_mailbox final : public prompt_blocking_actor {
+public:
+  coordinator_mailbox(caf::actor_config& cfg, std::chrono::microseconds spin)
+    : prompt_blocking_actor(cfg, spin) {
+    setf(is_detached_flag);
+  }
+
+  void act() override {}
+
+  const char* name() const override { return "coordinator"; }
+};
 
 } // namespace
 
@@ -46,11 +73,20 @@ struct coordinator::call {
 coordinator::coordinator(detail::strategy_state& state)
   : state_(state),
     system_(shared_actor_system()),
-    self_(*system_),
+    context_(system_.get()),
     busy_(state.devices.size(), 0) {
-  auto me = caf::actor_cast<caf::actor>(self_);
+  // Poll before sleeping only if every thread of the strategy has a core.
+  const auto threads = state.devices.size() + 1;
+  const auto spin = threads <= usable_cpus()
+                      ? get_runtime_options().spin_wait
+                      : std::chrono::microseconds{0};
+  caf::actor_config cfg{&context_};
+  mailbox_ = caf::make_actor<coordinator_mailbox, caf::strong_actor_ptr>(
+    system_->next_actor_id(), system_->node(), system_.get(), cfg, spin);
+  self_ = static_cast<caf::blocking_actor*>(caf::actor_cast<caf::abstract_actor*>(mailbox_));
+  auto me = caf::actor_cast<caf::actor>(mailbox_);
   for (std::size_t r = 0; r < state.devices.size(); ++r)
-    replicas_.push_back(system_->spawn<replica_actor>(me, std::ref(state), r));
+    replicas_.push_back(system_->spawn<replica_actor>(me, std::ref(state), r, spin));
 }
 
 coordinator::~coordinator() {
@@ -79,6 +115,7 @@ coordinator::~coordinator() {
     std::lock_guard<std::mutex> lock{mutex};
     abandoned->push_back(system_); // never destroyed, on purpose
   }
+  self_->cleanup(caf::exit_reason::normal, &context_);
 }
 
 std::vector<std::any>

@@ -1,7 +1,9 @@
 #pragma once
 
 // coordinator: the executor of a mirrored strategy. It plays TF's
-// coordinator role on the calling thread through a scoped actor: `run`
+// coordinator role on the calling thread, through a mailbox actor that the
+// caller drives like a scoped actor (but that wakes promptly, see
+// prompt_blocking_actor.hpp): `run`
 // broadcasts run_message to the replica actors and gathers their
 // replica_result / merge_request messages; when all N paused in merge_call
 // it runs replica 0's merge function in cross-replica context and scatters
@@ -13,7 +15,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
-#include <caf/scoped_actor.hpp>
+#include <caf/scoped_execution_unit.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -51,7 +53,10 @@ private:
 
   detail::strategy_state& state_;
   std::shared_ptr<caf::actor_system> system_;
-  caf::scoped_actor self_;
+  caf::scoped_execution_unit context_;
+  caf::strong_actor_ptr mailbox_;
+  /// The mailbox actor, used from the thread that calls `run`.
+  caf::blocking_actor* self_;
   std::vector<caf::actor> replicas_;
   /// Per replica: the top-level call it is still running after that call
   /// timed out (0: idle). Busy replicas make later calls fail fast.

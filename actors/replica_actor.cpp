@@ -13,8 +13,9 @@ namespace lockstep::actors {
 using clock = std::chrono::steady_clock;
 
 replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
-                             detail::strategy_state& state, std::size_t replica)
-  : caf::blocking_actor(cfg),
+                             detail::strategy_state& state, std::size_t replica,
+                             std::chrono::microseconds spin)
+  : prompt_blocking_actor(cfg, spin),
     coordinator_(std::move(coordinator)),
     state_(state),
     replica_(replica),

@@ -16,10 +16,10 @@
 //             replica_result   call `seq` returned, threw, or was unwound
 
 #include "messages.hpp"
+#include "prompt_blocking_actor.hpp"
 
 #include "strategy_state.hpp"
 
-#include <caf/blocking_actor.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -33,14 +33,16 @@ namespace lockstep::actors {
 /// user code does not swallow it.
 struct replica_aborted {};
 
-class replica_actor final : public caf::blocking_actor, public detail::merge_channel {
+class replica_actor final : public prompt_blocking_actor, public detail::merge_channel {
 public:
   replica_actor(caf::actor_config& cfg, caf::actor coordinator,
-                detail::strategy_state& state, std::size_t replica);
+                detail::strategy_state& state, std::size_t replica,
+                std::chrono::microseconds spin);
 
   void act() override;
 
   const char* name() const override { return "replica_actor"; }
+
 
   /// merge_call of the replica function running on this actor's thread.
   std::any merge(std::any args, std::shared_ptr<const detail::merge_function> fn) override;

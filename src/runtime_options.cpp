@@ -149,6 +149,14 @@ runtime_options runtime_options::from_environment() {
                          "a whole number of microseconds from 0 to " + std::to_string(max));
     result.scheduler_moderate_sleep = std::chrono::microseconds{static_cast<std::int64_t>(*value)};
   }
+  if (auto text = env_text("LOCKSTEP_SPIN_US")) {
+    auto max = static_cast<std::uint64_t>(max_spin_wait.count());
+    auto value = parse_count(trim(*text), max);
+    if (!value)
+      throw_bad_variable("LOCKSTEP_SPIN_US", *text,
+                         "a whole number of microseconds from 0 to " + std::to_string(max));
+    result.spin_wait = std::chrono::microseconds{static_cast<std::int64_t>(*value)};
+  }
   if (auto text = env_text("LOCKSTEP_SCHEDULER_POLICY")) {
     auto policy = to_lower(trim(*text));
     if (!is_one_of(policy, scheduler_policies))
@@ -180,6 +188,9 @@ void runtime_options::validate() const {
     fail("scheduler_moderate_sleep must be from 0 to "
          + std::to_string(max_scheduler_moderate_sleep.count()) + " us, got "
          + std::to_string(scheduler_moderate_sleep.count()) + " us");
+  if (spin_wait.count() < 0 || spin_wait > max_spin_wait)
+    fail("spin_wait must be from 0 to " + std::to_string(max_spin_wait.count()) + " us, got "
+         + std::to_string(spin_wait.count()) + " us");
   if (!is_one_of(scheduler_policy, scheduler_policies))
     fail("scheduler_policy must be one of " + join(scheduler_policies) + ", got \""
          + scheduler_policy + "\"");

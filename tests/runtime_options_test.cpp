@@ -18,9 +18,9 @@ using lockstep::value_error;
 
 namespace {
 
-constexpr std::array<const char*, 5> variables{
-  "LOCKSTEP_TIMEOUT",           "LOCKSTEP_SCHEDULER_THREADS", "LOCKSTEP_SCHEDULER_SLEEP_US",
-  "LOCKSTEP_SCHEDULER_POLICY", "LOCKSTEP_LOG",
+constexpr std::array<const char*, 6> variables{
+  "LOCKSTEP_TIMEOUT",          "LOCKSTEP_SCHEDULER_THREADS", "LOCKSTEP_SCHEDULER_SLEEP_US",
+  "LOCKSTEP_SCHEDULER_POLICY", "LOCKSTEP_LOG",               "LOCKSTEP_SPIN_US",
 };
 
 /// Unsets every LOCKSTEP_* variable for the life of a test and restores the
@@ -160,6 +160,24 @@ TEST_CASE("runtime_options: LOCKSTEP_SCHEDULER_SLEEP_US") {
                            .c_str(),
                          value_error);
   }
+}
+
+TEST_CASE("runtime_options: LOCKSTEP_SPIN_US") {
+  CHECK(with_variable("LOCKSTEP_SPIN_US", "0").spin_wait == 0us);
+  CHECK(with_variable("LOCKSTEP_SPIN_US", "20").spin_wait == 20us);
+  for (const char* text : {"-1", "lots", "1000001"}) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(with_variable("LOCKSTEP_SPIN_US", text),
+                         ("LOCKSTEP_SPIN_US=\"" + std::string{text}
+                          + "\" is not valid: expected a whole number of microseconds from 0 "
+                            "to 1000000")
+                           .c_str(),
+                         value_error);
+  }
+  runtime_options opts;
+  opts.spin_wait = -1us;
+  CHECK_THROWS_WITH_AS(opts.validate(), "runtime_options::spin_wait must be from 0 to 1000000 us, got -1 us",
+                       value_error);
 }
 
 TEST_CASE("runtime_options: LOCKSTEP_SCHEDULER_POLICY") {

@@ -28,7 +28,8 @@ using merge_function
   = std::function<std::vector<std::any>(strategy&, std::vector<std::any>&)>;
 
 /// Where a replica's `merge_call` goes: the coordinator of an actor-based
-/// strategy, or a direct call for single-replica strategies.
+/// strategy, or a direct call for single-replica strategies. Only replica 0
+/// passes its merge function; the others pass nullptr.
 class merge_channel {
 public:
   virtual ~merge_channel() = default;
@@ -86,6 +87,15 @@ public:
       merge_fn, std::declval<lockstep::strategy&>(),
       std::declval<const per_replica<Args>&>()...))>;
     using pack = std::tuple<Args...>;
+    detail::require_replica_context(*this);
+    // TF runs replica 0's merge function; the others need not package theirs.
+    if (replica_id_ != 0) {
+      auto mine = channel_->merge(std::any{pack{args...}}, nullptr);
+      if constexpr (!std::is_void_v<result_type>)
+        return std::any_cast<select_replica_t<result_type>>(std::move(mine));
+      else
+        return;
+    }
     auto erased = std::make_shared<const detail::merge_function>(
       [fn = std::decay_t<MergeFn>(std::forward<MergeFn>(merge_fn))](
         lockstep::strategy& s, std::vector<std::any>& packs) mutable {
@@ -112,7 +122,6 @@ public:
         }
         return out;
       });
-    detail::require_replica_context(*this);
     auto mine = channel_->merge(std::any{pack{args...}}, std::move(erased));
     if constexpr (!std::is_void_v<result_type>)
       return std::any_cast<select_replica_t<result_type>>(std::move(mine));

@@ -35,6 +35,13 @@ struct runtime_options {
   /// `LOCKSTEP_SCHEDULER_POLICY` (case-insensitive).
   std::string scheduler_policy = "stealing";
 
+  /// How long a replica or coordinator thread polls its mailbox before it
+  /// sleeps, when the strategy's threads fit on the hardware threads (never
+  /// when oversubscribed). On VMs whose idle vCPUs halt, a wake-up across
+  /// CPUs costs tens of microseconds; polling briefly avoids it.
+  /// `LOCKSTEP_SPIN_US`: whole microseconds, at most `max_spin_wait`; 0 off.
+  std::chrono::microseconds spin_wait{50};
+
   /// Level of lockstep's log on stderr: "trace", "debug", "info", "warn",
   /// "error", "critical" or "off". `LOCKSTEP_LOG` (case-insensitive;
   /// "warning" means "warn").
@@ -52,6 +59,9 @@ struct runtime_options {
   /// The longest `scheduler_moderate_sleep`: 1 s.
   static constexpr std::chrono::microseconds max_scheduler_moderate_sleep{std::chrono::seconds{1}};
 
+  /// The longest `spin_wait`: 1 s.
+  static constexpr std::chrono::microseconds max_spin_wait{std::chrono::seconds{1}};
+
   // -- construction and checks -----------------------------------------------
 
   /// The defaults, overridden by the `LOCKSTEP_*` environment variables that
@@ -60,7 +70,7 @@ struct runtime_options {
   static runtime_options from_environment();
 
   /// Throws `value_error` naming the field if a setting is out of range: a
-  /// timeout <= 0 or above `max_timeout`, a sleep < 0 or above its maximum,
+  /// timeout <= 0 or above `max_timeout`, a sleep or spin < 0 or above its maximum,
   /// too many threads, or a policy or log level other than the lower-case
   /// names listed above.
   void validate() const;

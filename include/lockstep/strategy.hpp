@@ -215,11 +215,12 @@ public:
       static_assert(detail::scalar<T>, "reduce needs tensors or numbers");
       if (value.is_single())
         return reduce(op, value.primary());
+      using storage = detail::scalar_storage_t<T>;
       std::vector<tensor> parts;
       for (const auto& x : value.values())
-        parts.push_back(tensor::scalar(detail::scalar_storage_t<T>(x)));
-      return static_cast<T>(reduce_tensor(op, per_replica<tensor>{parts})
-                              .as_double(0));
+        parts.push_back(tensor::scalar(static_cast<storage>(x)));
+      return static_cast<T>(
+        reduce_tensor(op, per_replica<tensor>{parts}).template at<storage>(0));
     }
   }
 
