@@ -452,6 +452,7 @@ void write_json(const std::string& path, const std::vector<row>& rows, const opt
       << "    \"scheduler_threads\": " << rt.scheduler_threads << ",\n"
       << "    \"scheduler_moderate_sleep_us\": " << rt.scheduler_moderate_sleep.count() << ",\n"
       << "    \"scheduler_policy\": " << json_string(rt.scheduler_policy) << ",\n"
+      << "    \"spin_wait_us\": " << rt.spin_wait.count() << ",\n"
       << "    \"timeout_ms\": " << rt.timeout.count() << ",\n"
       << "    \"log_level\": " << json_string(rt.log_level) << "\n"
       << "  }\n"
@@ -473,10 +474,11 @@ int main(int argc, char** argv) try {
               "%zu repetitions per arm, interleaved\n",
               opts.iters, merge_runs(opts), opts.merges, opts.reps);
   std::printf("hardware_concurrency %u, cpus %s; runtime: scheduler threads %zu (0 = hardware), "
-              "policy %s, moderate sleep %lld us\n",
+              "policy %s, moderate sleep %lld us, spin %lld us\n",
               std::thread::hardware_concurrency(), cpus_string(opts.cpus).c_str(), rt.scheduler_threads,
               rt.scheduler_policy.c_str(),
-              static_cast<long long>(rt.scheduler_moderate_sleep.count()));
+              static_cast<long long>(rt.scheduler_moderate_sleep.count()),
+              static_cast<long long>(rt.spin_wait.count()));
   std::printf("run: us per run() of an empty function; merge_call: us per merge_call = "
               "(run with %zu merge_calls - empty run) / %zu\n\n",
               opts.merges, opts.merges);
