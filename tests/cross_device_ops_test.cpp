@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -28,18 +30,6 @@ constexpr int world_sizes[] = {1, 2, 3, 4, 7};
 constexpr std::int64_t element_counts[] = {0, 1, 7, 1000};
 constexpr dtype all_dtypes[] = {dtype::f32, dtype::f64, dtype::i32, dtype::i64};
 constexpr reduce_op all_ops[] = {reduce_op::sum, reduce_op::mean};
-
-// The message of the exception of type E that `f` throws.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception was thrown");
-  return {};
-}
 
 // The factor of element i in every component: +1, -2, +3, -4, +5, +1, ...
 // Mixed signs exercise truncation toward zero of integer MEAN.

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -17,18 +19,6 @@ using namespace lockstep;
 namespace {
 
 using int_nest = nest<int>;
-
-// The message of the exception of type E that `f` throws.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception was thrown");
-  return {};
-}
 
 // [1, {b: 2, a: [3, 4]}, 5]: a list holding a dict whose keys are given out of
 // order, so flatten must sort them (a before b).

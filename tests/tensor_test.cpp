@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -14,18 +16,6 @@
 using namespace lockstep;
 
 namespace {
-
-// The message of the exception of type E that `f` throws.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception was thrown");
-  return {};
-}
 
 // 0, 1, 2, ... as a vector of T.
 template <class T>

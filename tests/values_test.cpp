@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -26,18 +28,6 @@ namespace {
 
 // The world sizes every replica-count dependent test runs with.
 constexpr std::size_t world_sizes[] = {1, 2, 3, 4, 7};
-
-// The message of the exception of type E that `f` throws.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception was thrown");
-  return {};
-}
 
 // 1, 2, ..., n: the value of replica r is r + 1.
 std::vector<int> one_to(std::size_t n) {
