@@ -13,7 +13,6 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
-#include <mutex>
 #include <thread>
 
 #include <sched.h>
@@ -51,9 +50,10 @@ public:
 
 } // namespace
 
-/// The progress of one `run`: where each replica is.
+/// The progress of one `run`: where each replica is. `stalled`: it timed out
+/// in this call and is still running user code.
 struct coordinator::call {
-  enum class phase { running, merging, finished };
+  enum class phase { running, merging, finished, stalled };
 
   call(std::uint64_t seq, std::size_t n)
     : seq(seq), phases(n, phase::running), values(n), requests(n) {}
@@ -90,6 +90,13 @@ coordinator::coordinator(detail::strategy_state& state)
 }
 
 coordinator::~coordinator() {
+  stop();
+  self_->cleanup(caf::exit_reason::normal, &context_);
+}
+
+bool coordinator::stop() noexcept {
+  if (stopped_)
+    return true;
   for (const auto& r : replicas_) {
     self_->monitor(r);
     self_->send_exit(r, caf::exit_reason::user_shutdown);
@@ -104,18 +111,10 @@ coordinator::~coordinator() {
                    caf::after(std::max(left, std::chrono::microseconds{0}))
                      >> [&] { timed_out = true; });
   }
-  if (down < replicas_.size()) {
-    // A replica is stuck in user code and its thread cannot be cancelled.
-    // Keep the actor system alive rather than block in its destructor.
-    LOCKSTEP_LOG_ERROR("{}: {} replica thread(s) still run user code at shutdown; "
-                       "leaving them running",
-                       state_.name(), replicas_.size() - down);
-    static auto* abandoned = new std::vector<std::shared_ptr<caf::actor_system>>;
-    static std::mutex mutex;
-    std::lock_guard<std::mutex> lock{mutex};
-    abandoned->push_back(system_); // never destroyed, on purpose
-  }
-  self_->cleanup(caf::exit_reason::normal, &context_);
+  // A replica stuck in user code cannot be cancelled; its thread and the
+  // actor system stay alive with the strategy's state (strategy_state::create).
+  stopped_ = down == replicas_.size();
+  return stopped_;
 }
 
 std::vector<std::any>
@@ -124,18 +123,16 @@ coordinator::run(std::shared_ptr<const detail::replica_function> fn,
   drain_late_messages();
   check_not_busy();
   call c{++next_seq_, replicas_.size()};
-  if (depth_ == 0)
-    top_seq_ = c.seq;
-  ++depth_;
-  struct depth_guard {
-    int& depth;
-    ~depth_guard() { --depth; }
-  } guard{depth_};
+  active_.push_back(c.seq);
+  struct active_guard {
+    std::vector<std::uint64_t>& active;
+    ~active_guard() { active.pop_back(); }
+  } guard{active_};
   for (const auto& r : replicas_)
     self_->send(r, run_message{c.seq, fn, timeout});
   auto deadline = clock::now() + timeout;
   for (;;) {
-    if (c.count(call::phase::running) > 0) {
+    if (awaited(c) > 0) {
       if (!receive_one(c, deadline))
         fail_timed_out(c, timeout);
       continue;
@@ -150,10 +147,9 @@ coordinator::run(std::shared_ptr<const detail::replica_function> fn,
         auto& list = c.phases[r] == call::phase::finished ? returned : waiting;
         list += (list.empty() ? "" : ", ") + detail::describe_replica(state_, r);
       }
-      c.failure = std::make_exception_ptr(context_error(
-        "Some replicas made a different number of replica_context().merge_call() "
-        "calls. Returned: " + returned + "; waiting in merge_call: " + waiting));
-      abort_merging(c);
+      fail(c, std::make_exception_ptr(context_error(
+                "Some replicas made a different number of replica_context().merge_call() "
+                "calls. Returned: " + returned + "; waiting in merge_call: " + waiting)));
       deadline = clock::now() + unwind_grace;
       continue;
     }
@@ -162,34 +158,83 @@ coordinator::run(std::shared_ptr<const detail::replica_function> fn,
   }
 }
 
+std::size_t coordinator::awaited(const call& c) const {
+  std::size_t n = 0;
+  for (std::size_t r = 0; r < c.phases.size(); ++r)
+    if (c.phases[r] == call::phase::running && busy_[r] == 0)
+      ++n;
+  return n;
+}
+
 bool coordinator::receive_one(call& c, time_point deadline) {
+  if (take_deferred(c))
+    return true;
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now());
   if (left.count() <= 0)
     return false;
   bool timed_out = false;
-  self_->receive(
-    [&](replica_result& msg) {
-      if (msg.seq != c.seq)
-        return on_late(msg);
-      c.phases[msg.replica] = call::phase::finished;
-      if (msg.error && !c.failure) {
-        c.failure = msg.error;
-        abort_merging(c);
-      }
-      c.values[msg.replica] = std::move(msg.value);
-    },
-    [&](merge_request& msg) {
-      if (msg.seq != c.seq)
-        return on_late(msg);
-      if (c.failure) { // the call is unwinding: this replica unwinds too
-        self_->send(replicas_[msg.replica], abort_message{c.seq, c.seq});
-        return;
-      }
-      c.phases[msg.replica] = call::phase::merging;
-      c.requests[msg.replica] = std::move(msg);
-    },
-    caf::after(left) >> [&] { timed_out = true; });
+  self_->receive([&](replica_result& msg) { handle(c, msg); },
+                 [&](merge_request& msg) { handle(c, msg); },
+                 caf::after(left) >> [&] { timed_out = true; });
   return !timed_out;
+}
+
+bool coordinator::take_deferred(call& c) {
+  for (auto i = deferred_results_.begin(); i != deferred_results_.end(); ++i) {
+    if (i->seq == c.seq) {
+      auto msg = std::move(*i);
+      deferred_results_.erase(i);
+      handle(c, msg);
+      return true;
+    }
+  }
+  for (auto i = deferred_requests_.begin(); i != deferred_requests_.end(); ++i) {
+    if (i->seq == c.seq) {
+      auto msg = std::move(*i);
+      deferred_requests_.erase(i);
+      handle(c, msg);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool coordinator::is_active(std::uint64_t seq) const {
+  return std::find(active_.begin(), active_.end(), seq) != active_.end();
+}
+
+void coordinator::handle(call& c, replica_result& msg) {
+  if (msg.seq != c.seq) {
+    // A call this one is nested in gets it when it resumes gathering.
+    if (is_active(msg.seq))
+      deferred_results_.push_back(std::move(msg));
+    else
+      on_late(msg);
+    return;
+  }
+  if (busy_[msg.replica] == msg.seq)
+    busy_[msg.replica] = 0; // its top-level call returned: it is free again
+  c.phases[msg.replica] = call::phase::finished;
+  if (msg.error && !c.failure)
+    fail(c, msg.error);
+  c.values[msg.replica] = std::move(msg.value);
+}
+
+void coordinator::handle(call& c, merge_request& msg) {
+  if (msg.seq != c.seq) {
+    if (is_active(msg.seq))
+      deferred_requests_.push_back(std::move(msg));
+    else
+      on_late(msg);
+    return;
+  }
+  if (c.failure || c.phases[msg.replica] != call::phase::running) {
+    // The call is unwinding (or gave up on this replica): unwind it too.
+    self_->send(replicas_[msg.replica], abort_message{c.seq, c.seq});
+    return;
+  }
+  c.phases[msg.replica] = call::phase::merging;
+  c.requests[msg.replica] = std::move(msg);
 }
 
 void coordinator::merge(call& c) {
@@ -203,15 +248,21 @@ void coordinator::merge(call& c) {
     detail::mode_guard mode{{&state_, nullptr}};
     auto self = state_.handle();
     slices = (*fn)(self, packs);
+    check_not_busy(); // a nested run inside the merge function timed out
   } catch (...) {
-    c.failure = std::current_exception();
-    abort_merging(c);
+    fail(c, std::current_exception());
     return;
   }
   for (std::size_t r = 0; r < replicas_.size(); ++r) {
     c.phases[r] = call::phase::running;
     self_->send(replicas_[r], merge_reply{c.seq, std::move(slices[r])});
   }
+}
+
+void coordinator::fail(call& c, std::exception_ptr error) {
+  if (!c.failure)
+    c.failure = std::move(error);
+  abort_merging(c);
 }
 
 void coordinator::abort_merging(call& c) {
@@ -226,29 +277,26 @@ void coordinator::abort_merging(call& c) {
 void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
   std::string missing, waiting;
   for (std::size_t r = 0; r < c.phases.size(); ++r) {
-    if (c.phases[r] == call::phase::running) {
+    if (c.phases[r] == call::phase::running && busy_[r] == 0) {
       missing += (missing.empty() ? "" : ", ") + detail::describe_replica(state_, r);
-      busy_[r] = top_seq_;
-      c.phases[r] = call::phase::finished;
+      c.phases[r] = call::phase::stalled;
     } else if (c.phases[r] == call::phase::merging) {
       waiting += (waiting.empty() ? "" : ", ") + detail::describe_replica(state_, r);
     }
   }
-  if (!c.failure)
-    c.failure = std::make_exception_ptr(timeout_error(
-      "run timed out after " + std::to_string(timeout.count()) + " ms: " + missing
-      + " did not return or reach merge_call"
-      + (waiting.empty() ? "" : " (waiting in merge_call: " + waiting + ")")));
-  LOCKSTEP_LOG_WARN("{}: {} still running after {} ms; marked busy", state_.name(),
-                    missing, timeout.count());
-  // Unwind the replicas that wait in merge_call, so they are free again.
-  abort_merging(c);
+  LOCKSTEP_LOG_WARN("{}: {} still running after {} ms", state_.name(), missing, timeout.count());
+  fail(c, std::make_exception_ptr(timeout_error(
+            "run timed out after " + std::to_string(timeout.count()) + " ms: " + missing
+            + " did not return or reach merge_call"
+            + (waiting.empty() ? "" : " (waiting in merge_call: " + waiting + ")"))));
+  // Give the replicas that wait in merge_call time to unwind, so they are
+  // free again; a stalled replica that returns meanwhile is free as well.
   const auto deadline = clock::now() + unwind_grace;
-  while (c.count(call::phase::running) > 0 && receive_one(c, deadline)) {
+  while (awaited(c) > 0 && receive_one(c, deadline)) {
   }
   for (std::size_t r = 0; r < c.phases.size(); ++r)
-    if (c.phases[r] == call::phase::running)
-      busy_[r] = top_seq_;
+    if (c.phases[r] == call::phase::running || c.phases[r] == call::phase::stalled)
+      busy_[r] = active_.front(); // free once its top-level call returns
   std::rethrow_exception(c.failure);
 }
 

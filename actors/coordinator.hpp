@@ -11,6 +11,7 @@
 // their own mailboxes, so no hop goes through CAF's scheduler (whose idle
 // workers sleep, costing ~85 us per wake-up; see docs/threading.md).
 
+#include "messages.hpp"
 #include "strategy_state.hpp"
 
 #include <caf/actor.hpp>
@@ -24,16 +25,17 @@
 
 namespace lockstep::actors {
 
-struct merge_request;
-struct replica_result;
 
 class coordinator final : public detail::replica_executor {
 public:
   /// Spawns one replica actor per device of `state`.
   explicit coordinator(detail::strategy_state& state);
 
-  /// Stops the replica actors and waits (bounded) for their threads.
+  /// Stops the replicas if `stop` did not run yet.
   ~coordinator() override;
+
+  /// Sends every replica actor an exit and waits (bounded) until they are down.
+  bool stop() noexcept override;
 
   std::vector<std::any> run(std::shared_ptr<const detail::replica_function> fn,
                             std::chrono::milliseconds timeout) override;
@@ -42,8 +44,17 @@ private:
   struct call;
   using time_point = std::chrono::steady_clock::time_point;
 
+  /// Replicas the call still waits for (running, not busy).
+  std::size_t awaited(const call& c) const;
+  /// Handles one message for `c`; false when `deadline` passed first.
   bool receive_one(call& c, time_point deadline);
+  bool take_deferred(call& c);
+  bool is_active(std::uint64_t seq) const;
+  void handle(call& c, replica_result& msg);
+  void handle(call& c, merge_request& msg);
   void merge(call& c);
+  /// Records the call's first failure and unwinds the replicas in merge_call.
+  void fail(call& c, std::exception_ptr error);
   void abort_merging(call& c);
   [[noreturn]] void fail_timed_out(call& c, std::chrono::milliseconds timeout);
   void on_late(const replica_result& msg);
@@ -58,12 +69,17 @@ private:
   /// The mailbox actor, used from the thread that calls `run`.
   caf::blocking_actor* self_;
   std::vector<caf::actor> replicas_;
+  bool stopped_ = false;
   /// Per replica: the top-level call it is still running after that call
   /// timed out (0: idle). Busy replicas make later calls fail fast.
   std::vector<std::uint64_t> busy_;
   std::uint64_t next_seq_ = 0;
-  std::uint64_t top_seq_ = 0;
-  int depth_ = 0;
+  /// The calls in progress, outermost first (nested runs inside merge
+  /// functions add to it), and messages for the outer ones that arrived
+  /// while an inner one was gathering.
+  std::vector<std::uint64_t> active_;
+  std::vector<replica_result> deferred_results_;
+  std::vector<merge_request> deferred_requests_;
 };
 
 } // namespace lockstep::actors

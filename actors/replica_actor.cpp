@@ -10,8 +10,6 @@
 
 namespace lockstep::actors {
 
-using clock = std::chrono::steady_clock;
-
 replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
                              detail::strategy_state& state, std::size_t replica,
                              std::chrono::microseconds spin)
@@ -68,20 +66,14 @@ std::any replica_actor::merge(std::any args,
   if (aborted(seq))
     throw replica_aborted{};
   send(coordinator_, merge_request{seq, replica_, std::move(args), std::move(fn)});
-  // The coordinator's deadline decides stalls; this twice-as-long one only
-  // guards against a coordinator that never answers (a hung merge function).
+  // The coordinator's deadline decides stalls. This one, twice as long and
+  // restarted by every message from the coordinator, only ends a wait for a
+  // coordinator that went silent (a merge function that never returns).
   const auto patience = 2 * current_timeout_;
-  const auto deadline = clock::now() + patience;
   std::optional<std::any> reply;
   bool unwind = false;
-  bool timed_out = false;
-  while (!reply && !unwind && !timed_out) {
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
-      deadline - clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
+  bool silent = false;
+  while (!reply && !unwind && !silent) {
     receive(
       [&](merge_reply& msg) {
         if (msg.seq == seq)
@@ -93,7 +85,7 @@ std::any replica_actor::merge(std::any args,
         stopping_ = true;
         fail_state(std::move(msg.reason));
       },
-      caf::after(left) >> [&] { timed_out = true; });
+      caf::after(patience) >> [&] { silent = true; });
     unwind = stopping_ || aborted(seq);
   }
   if (reply)
@@ -101,8 +93,8 @@ std::any replica_actor::merge(std::any args,
   if (unwind)
     throw replica_aborted{};
   throw timeout_error(detail::describe_replica(state_, replica_)
-                      + " got no merge_call result from the coordinator within "
-                      + std::to_string(patience.count()) + " ms");
+                      + " heard nothing from the coordinator for "
+                      + std::to_string(patience.count()) + " ms while waiting in merge_call");
 }
 
 } // namespace lockstep::actors

@@ -19,7 +19,7 @@ namespace {
 thread_local std::vector<thread_mode> modes;
 
 std::shared_ptr<strategy_state> make_default_strategy() {
-  auto state = std::make_shared<strategy_state>(
+  auto state = strategy_state::create(
     strategy_kind::default_strategy, std::vector<device_spec>{},
     std::make_shared<reduction_to_one_device>(),
     get_runtime_options().timeout);

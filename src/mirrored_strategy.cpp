@@ -95,13 +95,11 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
                       + ", after canonicalization: " + list_string(devices));
   if (!local)
     check_remote_devices(devices);
-  const auto timeout = options.timeout.value_or(get_runtime_options().timeout);
-  if (timeout.count() <= 0)
-    throw value_error("mirrored_strategy: the timeout must be positive, got "
-                      + std::to_string(timeout.count()) + " ms");
+  const auto timeout = detail::checked_timeout(
+    options.timeout.value_or(get_runtime_options().timeout), "mirrored_strategy");
   auto ops = options.cross_device_ops ? std::move(options.cross_device_ops)
                                       : choose_the_best(devices);
-  auto state = std::make_shared<detail::strategy_state>(
+  auto state = detail::strategy_state::create(
     detail::strategy_kind::mirrored, std::move(devices), std::move(ops), timeout);
   state->executor = std::make_unique<actors::coordinator>(*state);
   return state;

@@ -11,7 +11,7 @@ namespace {
 
 std::shared_ptr<detail::strategy_state> make_state(const device_spec& device) {
   auto canonical = device.canonical();
-  auto state = std::make_shared<detail::strategy_state>(
+  auto state = detail::strategy_state::create(
     detail::strategy_kind::one_device, std::vector<device_spec>{canonical},
     std::make_shared<reduction_to_one_device>(canonical), get_runtime_options().timeout);
   state->executor = std::make_unique<detail::inline_executor>(*state, canonical);

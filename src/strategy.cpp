@@ -7,8 +7,15 @@
 #include "strategy_state.hpp"
 #include "thread_mode.hpp"
 
+#include "log.hpp"
+
 #include "lockstep/context.hpp"
 #include "lockstep/error.hpp"
+#include "lockstep/runtime_options.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
 
 #include <sstream>
 
@@ -18,6 +25,33 @@ strategy_state::strategy_state(strategy_kind kind, std::vector<device_spec> devi
                                std::shared_ptr<cross_device_ops> ops,
                                std::chrono::milliseconds timeout)
   : kind(kind), devices(std::move(devices)), ops(std::move(ops)), timeout(timeout) {}
+
+std::shared_ptr<strategy_state> strategy_state::create(strategy_kind kind,
+                                                       std::vector<device_spec> devices,
+                                                       std::shared_ptr<cross_device_ops> ops,
+                                                       std::chrono::milliseconds timeout) {
+  auto* state = new strategy_state(kind, std::move(devices), std::move(ops), timeout);
+  return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
+    if (!s->executor || s->executor->stop()) {
+      delete s;
+      return;
+    }
+    LOCKSTEP_LOG_ERROR("{}: a replica thread still runs user code at shutdown; "
+                       "its strategy is kept alive for it",
+                       s->name());
+    static auto* abandoned = new std::vector<strategy_state*>;
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> lock{mutex};
+    abandoned->push_back(s); // reachable, never freed, on purpose
+  });
+}
+
+std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout, const char* what) {
+  if (timeout.count() <= 0 || timeout > runtime_options::max_timeout)
+    throw value_error(std::string{what} + ": the timeout must be greater than 0 and at most 1e9 s, got "
+                      + std::to_string(timeout.count()) + " ms");
+  return timeout;
+}
 
 std::string strategy_state::name() const {
   switch (kind) {
@@ -61,11 +95,13 @@ call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
                       const run_options& options) {
   require_cross_replica_or_default_context(state);
+  const auto timeout = checked_timeout(options.timeout.value_or(state.timeout), "run_options");
   auto scope = state.handle().scope();
-  if (state.kind == strategy_kind::default_strategy)
-    return state.executor->run(std::move(fn), options.timeout.value_or(state.timeout));
-  user_claim claim{state};
-  return state.executor->run(std::move(fn), options.timeout.value_or(state.timeout));
+  // The default strategy is every thread's; the others serve one at a time.
+  std::optional<user_claim> claim;
+  if (state.kind != strategy_kind::default_strategy)
+    claim.emplace(state);
+  return state.executor->run(std::move(fn), timeout);
 }
 
 void throw_non_distributed_sum(const std::string& value) {
@@ -126,8 +162,6 @@ scope_guard strategy::scope() const {
 
 tensor strategy::reduce_tensor(reduce_op op, const per_replica<tensor>& value) const {
   detail::require_cross_replica_or_default_context(*state_);
-  if (value.is_single())
-    return reduce(op, value.primary());
   return extended().reduce_to(op, value, current_device())[0];
 }
 
@@ -189,8 +223,9 @@ mirrored<tensor> strategy_extended::reduce_to(reduce_op op,
                                               const per_replica<tensor>& value,
                                               const destinations& destination) const {
   detail::require_cross_replica_or_default_context(*state_);
-  if (single_replica(*state_) && value.size() == 1)
-    return mirrored<tensor>{value.values()}; // TF: one replica reduces to itself
+  // TF's regroup would have collapsed it into a plain value.
+  if (value.is_single())
+    return reduce_to(op, value.primary(), destination);
   return state_->ops->reduce(op, value, destination);
 }
 
@@ -206,13 +241,14 @@ std::vector<mirrored<tensor>>
 strategy_extended::batch_reduce_to(reduce_op op,
                                    const std::vector<reduce_pair>& pairs) const {
   detail::require_cross_replica_or_default_context(*state_);
-  if (single_replica(*state_)) {
-    std::vector<mirrored<tensor>> out;
-    for (const auto& p : pairs)
-      out.push_back(reduce_to(op, p.value, p.destination));
-    return out;
-  }
-  return state_->ops->batch_reduce(op, pairs);
+  const bool any_single = std::any_of(pairs.begin(), pairs.end(),
+                                      [](const reduce_pair& p) { return p.value.is_single(); });
+  if (!any_single)
+    return state_->ops->batch_reduce(op, pairs);
+  std::vector<mirrored<tensor>> out;
+  for (const auto& p : pairs)
+    out.push_back(reduce_to(op, p.value, p.destination));
+  return out;
 }
 
 mirrored<tensor> strategy_extended::broadcast_to(const tensor& value,

@@ -29,11 +29,24 @@ public:
   virtual std::vector<std::any> run(std::shared_ptr<const replica_function> fn,
                                     std::chrono::milliseconds timeout)
     = 0;
+
+  /// Stops the replicas (bounded wait). False when a replica thread still
+  /// runs user code, which may use the strategy's state: the state must then
+  /// outlive it.
+  virtual bool stop() noexcept { return true; }
 };
 
 enum class strategy_kind { default_strategy, one_device, mirrored };
 
 struct strategy_state : std::enable_shared_from_this<strategy_state> {
+  /// The state of a new strategy. When the last handle goes, the replicas
+  /// stop and the state is deleted, unless a replica is still stuck in user
+  /// code: then the state is kept (never freed) so that code stays valid.
+  static std::shared_ptr<strategy_state> create(strategy_kind kind,
+                                                std::vector<device_spec> devices,
+                                                std::shared_ptr<cross_device_ops> ops,
+                                                std::chrono::milliseconds timeout);
+
   strategy_state(strategy_kind kind, std::vector<device_spec> devices,
                  std::shared_ptr<cross_device_ops> ops,
                  std::chrono::milliseconds timeout);
@@ -57,8 +70,7 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   std::atomic<std::thread::id> user;
   int user_depth = 0;
 
-  /// Declared last: destroyed first, so replicas stop while the rest of the
-  /// state is still intact.
+  /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;
 };
 
@@ -77,6 +89,11 @@ public:
 private:
   strategy_state& state_;
 };
+
+/// `timeout` if it is a valid deadline (> 0, at most
+/// runtime_options::max_timeout), else value_error naming `what`.
+std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout,
+                                          const char* what);
 
 /// "replica 1 (/job:localhost/replica:0/task:0/device:CPU:1)"
 std::string describe_replica(const strategy_state& state, std::size_t replica);

@@ -42,6 +42,20 @@ void check_usable(const strategy& s) {
     CHECK(x == s.num_replicas_in_sync());
 }
 
+/// Busy replicas become free once their user code returns; a replica left
+/// busy for good fails this after a few seconds.
+void check_eventually_usable(const strategy& s) {
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    try {
+      check_usable(s);
+      return;
+    } catch (const timeout_error&) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  FAIL("the strategy stayed busy");
+}
+
 const std::string cpu1 = "replica 1 (/job:localhost/replica:0/task:0/device:CPU:1)";
 
 } // namespace
@@ -171,15 +185,7 @@ TEST_CASE("a replica that does not reach merge_call times out, named; then it is
                        timeout_error);
   release = true;
   // Its late merge_call is unwound and its late result discarded.
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    try {
-      check_usable(s);
-      break;
-    } catch (const timeout_error&) {
-      std::this_thread::sleep_for(5ms);
-    }
-  }
-  check_usable(s);
+  check_eventually_usable(s);
 }
 
 TEST_CASE("the strategy's timeout applies when a call names none") {
@@ -219,15 +225,81 @@ TEST_CASE("creating and destroying strategies leaks no threads") {
 }
 
 TEST_CASE("destroying a strategy whose replica is stuck in user code does not hang") {
-  static std::atomic<bool> release{false}; // outlives the abandoned replica thread
+  // Outlive the abandoned replica thread, which still uses its context.
+  static std::atomic<bool> release{false};
+  static std::atomic<int> seen_replicas{0};
   {
     mirrored_strategy s{cpu_devices(2), {nullptr, 50ms}};
     CHECK_THROWS_AS(s.run([&](replica_context& ctx) {
-                      if (id_of(ctx) == 1)
+                      if (id_of(ctx) == 1) {
                         while (!release)
                           std::this_thread::sleep_for(1ms);
+                        seen_replicas = static_cast<int>(ctx.num_replicas_in_sync());
+                      }
                     }),
                     timeout_error);
   }
-  release = true;
+  release = true; // the strategy is gone; its state must still be valid
+  for (int i = 0; i < 2000 && seen_replicas == 0; ++i)
+    std::this_thread::sleep_for(1ms);
+  CHECK(seen_replicas == 2);
+}
+
+TEST_CASE("a nested run that times out inside merge_fn leaves the replica free once it returns") {
+  mirrored_strategy s{cpu_devices(2)};
+  CHECK_THROWS_WITH_AS(s.run(run_options{200ms},
+                             [](replica_context& ctx) {
+                               ctx.merge_call([](strategy& st) {
+                                 st.run(run_options{200ms}, [](replica_context& inner) {
+                                   if (id_of(inner) == 1)
+                                     std::this_thread::sleep_for(400ms);
+                                 });
+                               });
+                             }),
+                       doctest::Contains(("run timed out after 200 ms: " + cpu1).c_str()), timeout_error);
+  check_eventually_usable(s);
+}
+
+TEST_CASE("a stalled replica that returns while others unwind is not left busy") {
+  mirrored_strategy s{cpu_devices(2)};
+  struct slow_unwind {
+    ~slow_unwind() { std::this_thread::sleep_for(300ms); }
+  };
+  CHECK_THROWS_AS(s.run(run_options{200ms},
+                        [](replica_context& ctx) {
+                          if (id_of(ctx) == 1) {
+                            std::this_thread::sleep_for(350ms);
+                            return;
+                          }
+                          slow_unwind guard;
+                          ctx.merge_call([] {});
+                        }),
+                  timeout_error);
+  check_eventually_usable(s); // both returned during the unwind
+}
+
+TEST_CASE("a merge function slower than the replicas' patience fails the call, nobody busy") {
+  mirrored_strategy s{cpu_devices(2)};
+  CHECK_THROWS_WITH_AS(s.run(run_options{100ms},
+                             [](replica_context& ctx) {
+                               ctx.merge_call([](strategy& st) {
+                                 std::this_thread::sleep_for(400ms);
+                                 st.run([] {});
+                               });
+                             }),
+                       doctest::Contains("heard nothing from the coordinator for 200 ms while waiting "
+                                         "in merge_call"),
+                       timeout_error);
+  check_eventually_usable(s);
+}
+
+TEST_CASE("run_options timeouts are validated") {
+  mirrored_strategy s{cpu_devices(2)};
+  CHECK_THROWS_WITH_AS(s.run(run_options{0ms}, [] {}),
+                       "run_options: the timeout must be greater than 0 and at most 1e9 s, got 0 ms",
+                       value_error);
+  CHECK_THROWS_AS(s.run(run_options{std::chrono::milliseconds::max()}, [] {}), value_error);
+  CHECK_THROWS_AS(mirrored_strategy(cpu_devices(2), {nullptr, std::chrono::milliseconds::max()}),
+                  value_error);
+  check_usable(s);
 }

@@ -347,6 +347,24 @@ TEST_CASE("non-distributed values follow reduce_non_distributed_value") {
   CHECK(one.reduce(reduce_op::sum, 3) == 3);
 }
 
+TEST_CASE("per_replica<bool> components come by value") {
+  mirrored_strategy s{cpu_devices(3)};
+  auto is_last = s.run([](replica_context& ctx) { return id_of(ctx) == 2; });
+  CHECK_FALSE(is_last[0]);
+  CHECK(is_last[2]);
+  CHECK_FALSE(is_last.primary());
+}
+
+TEST_CASE("reduce_to of the same tensor on every replica follows the non-distributed rules") {
+  mirrored_strategy s{cpu_devices(2)};
+  const auto five = tensor::scalar(5.0);
+  const auto same = per_replica<tensor>::single(five, 2);
+  CHECK_THROWS_WITH_AS(s.extended().reduce_to(reduce_op::sum, same, "/cpu:0"),
+                       doctest::Contains("A non-distributed value"), value_error);
+  CHECK_THROWS_AS(s.extended().batch_reduce_to(reduce_op::sum, {{same, "/cpu:0"}}), value_error);
+  CHECK(s.extended().reduce_to(reduce_op::mean, same, "/cpu:1")[0].as_double(0) == 5.0);
+}
+
 TEST_CASE("strategy queries") {
   mirrored_strategy s{{"/cpu:0", "CPU:1", "/job:localhost/replica:0/task:0/device:CPU:2"}};
   CHECK(s.num_replicas_in_sync() == 3);

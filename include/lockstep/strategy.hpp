@@ -58,13 +58,23 @@ using scalar_storage_t = std::conditional_t<
   std::conditional_t<(sizeof(T) <= 4), std::int32_t, std::int64_t>>;
 
 /// Calls `fn(ctx, args...)` when `fn` takes the replica context first, else
-/// `fn(args...)`.
+/// `fn(args...)`. Every replica thread calls the same `fn` at once, so it is
+/// called as const when it can be; a callable that needs a mutable call must
+/// make that safe itself.
 template <class F, class... Args>
 decltype(auto) invoke_replica_fn(F& fn, replica_context& ctx, Args&&... args) {
-  if constexpr (std::is_invocable_v<F&, replica_context&, Args...>)
-    return std::invoke(fn, ctx, std::forward<Args>(args)...);
+  auto& callable = [&]() -> auto& {
+    if constexpr (std::is_invocable_v<const F&, replica_context&, Args...>
+                  || std::is_invocable_v<const F&, Args...>)
+      return std::as_const(fn);
+    else
+      return fn;
+  }();
+  using callable_type = decltype(callable);
+  if constexpr (std::is_invocable_v<callable_type, replica_context&, Args...>)
+    return std::invoke(callable, ctx, std::forward<Args>(args)...);
   else
-    return std::invoke(fn, std::forward<Args>(args)...);
+    return std::invoke(callable, std::forward<Args>(args)...);
 }
 
 std::size_t replica_id(const replica_context& ctx);

@@ -45,8 +45,9 @@ public:
   /// Number of components.
   std::size_t size() const noexcept { return values_.size(); }
 
-  /// Component `replica`; value_error if out of range.
-  const T& operator[](std::size_t replica) const {
+  /// Component `replica`; value_error if out of range. (A `bool` component
+  /// comes by value: std::vector<bool> has no references.)
+  typename std::vector<T>::const_reference operator[](std::size_t replica) const {
     if (replica >= values_.size())
       throw value_error("replica " + std::to_string(replica)
                         + " out of range for a distributed value of "
@@ -57,7 +58,7 @@ public:
   const std::vector<T>& values() const noexcept { return values_; }
 
   /// The first component (TF's `primary`).
-  const T& primary() const { return (*this)[0]; }
+  typename std::vector<T>::const_reference primary() const { return (*this)[0]; }
 
   bool is_single() const noexcept { return single_; }
 
