@@ -8,7 +8,7 @@
 
 #include <any>
 #include <chrono>
-#include <concepts>
+#include <tuple>
 #include <cstdint>
 #include <functional>
 #include <memory>
