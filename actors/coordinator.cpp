@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include <sched.h>
@@ -32,6 +33,18 @@ std::size_t usable_cpus() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0)
     return static_cast<std::size_t>(CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// Removes and returns the first message of call `seq` in `messages`.
+template <class Message>
+std::optional<Message> take_message(std::vector<Message>& messages, std::uint64_t seq) {
+  auto i = std::find_if(messages.begin(), messages.end(),
+                        [seq](const Message& msg) { return msg.seq == seq; });
+  if (i == messages.end())
+    return std::nullopt;
+  Message msg = std::move(*i);
+  messages.erase(i);
+  return msg;
 }
 
 /// The coordinator's mailbox: never launched on a thread of its own; the
@@ -180,21 +193,13 @@ bool coordinator::receive_one(call& c, time_point deadline) {
 }
 
 bool coordinator::take_deferred(call& c) {
-  for (auto i = deferred_results_.begin(); i != deferred_results_.end(); ++i) {
-    if (i->seq == c.seq) {
-      auto msg = std::move(*i);
-      deferred_results_.erase(i);
-      handle(c, msg);
-      return true;
-    }
+  if (auto msg = take_message(deferred_results_, c.seq)) {
+    handle(c, *msg);
+    return true;
   }
-  for (auto i = deferred_requests_.begin(); i != deferred_requests_.end(); ++i) {
-    if (i->seq == c.seq) {
-      auto msg = std::move(*i);
-      deferred_requests_.erase(i);
-      handle(c, msg);
-      return true;
-    }
+  if (auto msg = take_message(deferred_requests_, c.seq)) {
+    handle(c, *msg);
+    return true;
   }
   return false;
 }
