@@ -407,8 +407,15 @@ TEST_CASE("mirrored_strategy validates its devices with TF's rules") {
   CHECK_THROWS_AS(mirrored_strategy(cpu_devices(2), {nullptr, std::chrono::milliseconds{0}}), value_error);
   mirrored_strategy remote{{"/job:worker/task:0/cpu:0", "/job:worker/task:0/cpu:1"}};
   CHECK(remote.run([](replica_context& ctx) { return id_of(ctx); })[1] == 1);
+  // Default devices: every GPU (with CUDA and a GPU present), else /cpu:0.
   mirrored_strategy fallback;
-  CHECK(fallback.extended().worker_devices() == std::vector<device_spec>{cpu_device(0)});
+  const auto& defaults = fallback.extended().worker_devices();
+  const bool all_gpus = !defaults.empty()
+                        && std::all_of(defaults.begin(), defaults.end(),
+                                       [](const device_spec& d) { return d.is_gpu(); });
+  CHECK((all_gpus || defaults == std::vector<device_spec>{cpu_device(0)}));
+  if (!LOCKSTEP_HAVE_CUDA)
+    CHECK(defaults == std::vector<device_spec>{cpu_device(0)});
 }
 
 TEST_CASE("one_device_strategy runs its replica on the calling thread") {
