@@ -208,15 +208,22 @@ bool coordinator::is_active(std::uint64_t seq) const {
   return std::find(active_.begin(), active_.end(), seq) != active_.end();
 }
 
+template <class Message>
+bool coordinator::for_another_call(const call& c, Message& msg,
+                                   std::vector<Message>& deferred) {
+  if (msg.seq == c.seq)
+    return false;
+  // A call this one is nested in gets it when it resumes gathering.
+  if (is_active(msg.seq))
+    deferred.push_back(std::move(msg));
+  else
+    on_late(msg);
+  return true;
+}
+
 void coordinator::handle(call& c, replica_result& msg) {
-  if (msg.seq != c.seq) {
-    // A call this one is nested in gets it when it resumes gathering.
-    if (is_active(msg.seq))
-      deferred_results_.push_back(std::move(msg));
-    else
-      on_late(msg);
+  if (for_another_call(c, msg, deferred_results_))
     return;
-  }
   if (busy_[msg.replica] == msg.seq)
     busy_[msg.replica] = 0; // its top-level call returned: it is free again
   c.phases[msg.replica] = call::phase::finished;
@@ -226,13 +233,8 @@ void coordinator::handle(call& c, replica_result& msg) {
 }
 
 void coordinator::handle(call& c, merge_request& msg) {
-  if (msg.seq != c.seq) {
-    if (is_active(msg.seq))
-      deferred_requests_.push_back(std::move(msg));
-    else
-      on_late(msg);
+  if (for_another_call(c, msg, deferred_requests_))
     return;
-  }
   if (c.failure || c.phases[msg.replica] != call::phase::running) {
     // The call is unwinding (or gave up on this replica): unwind it too.
     self_->send(replicas_[msg.replica], abort_message{c.seq, c.seq});

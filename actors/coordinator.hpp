@@ -50,6 +50,9 @@ private:
   bool receive_one(call& c, time_point deadline);
   bool take_deferred(call& c);
   bool is_active(std::uint64_t seq) const;
+  /// True (and the message deferred or handled as late) if `msg` is not `c`'s.
+  template <class Message>
+  bool for_another_call(const call& c, Message& msg, std::vector<Message>& deferred);
   void handle(call& c, replica_result& msg);
   void handle(call& c, merge_request& msg);
   void merge(call& c);

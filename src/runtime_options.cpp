@@ -119,6 +119,20 @@ process_settings& settings() {
   return instance;
 }
 
+/// A variable of whole microseconds from 0 to `max`, if it is set.
+std::optional<std::chrono::microseconds> env_microseconds(const char* variable,
+                                                          std::chrono::microseconds max) {
+  auto text = env_text(variable);
+  if (!text)
+    return std::nullopt;
+  const auto limit = static_cast<std::uint64_t>(max.count());
+  auto value = parse_count(trim(*text), limit);
+  if (!value)
+    throw_bad_variable(variable, *text,
+                       "a whole number of microseconds from 0 to " + std::to_string(limit));
+  return std::chrono::microseconds{static_cast<std::int64_t>(*value)};
+}
+
 } // namespace
 
 // -- runtime_options ----------------------------------------------------------
@@ -141,22 +155,10 @@ runtime_options runtime_options::from_environment() {
                              + std::to_string(max_scheduler_threads));
     result.scheduler_threads = static_cast<std::size_t>(*value);
   }
-  if (auto text = env_text("LOCKSTEP_SCHEDULER_SLEEP_US")) {
-    auto max = static_cast<std::uint64_t>(max_scheduler_moderate_sleep.count());
-    auto value = parse_count(trim(*text), max);
-    if (!value)
-      throw_bad_variable("LOCKSTEP_SCHEDULER_SLEEP_US", *text,
-                         "a whole number of microseconds from 0 to " + std::to_string(max));
-    result.scheduler_moderate_sleep = std::chrono::microseconds{static_cast<std::int64_t>(*value)};
-  }
-  if (auto text = env_text("LOCKSTEP_SPIN_US")) {
-    auto max = static_cast<std::uint64_t>(max_spin_wait.count());
-    auto value = parse_count(trim(*text), max);
-    if (!value)
-      throw_bad_variable("LOCKSTEP_SPIN_US", *text,
-                         "a whole number of microseconds from 0 to " + std::to_string(max));
-    result.spin_wait = std::chrono::microseconds{static_cast<std::int64_t>(*value)};
-  }
+  if (auto value = env_microseconds("LOCKSTEP_SCHEDULER_SLEEP_US", max_scheduler_moderate_sleep))
+    result.scheduler_moderate_sleep = *value;
+  if (auto value = env_microseconds("LOCKSTEP_SPIN_US", max_spin_wait))
+    result.spin_wait = *value;
   if (auto text = env_text("LOCKSTEP_SCHEDULER_POLICY")) {
     auto policy = to_lower(trim(*text));
     if (!is_one_of(policy, scheduler_policies))

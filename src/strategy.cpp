@@ -94,9 +94,8 @@ std::vector<std::any>
 call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
                       const run_options& options) {
-  require_cross_replica_or_default_context(state);
+  auto scope = state.handle().scope(); // checks the context as TF's run does
   const auto timeout = checked_timeout(options.timeout.value_or(state.timeout), "run_options");
-  auto scope = state.handle().scope();
   // The default strategy is every thread's; the others serve one at a time.
   std::optional<user_claim> claim;
   if (state.kind != strategy_kind::default_strategy)

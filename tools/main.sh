@@ -7,10 +7,6 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-{
-  tools/install-deps.sh
-  tools/configure.sh build
-  meson compile -C build
-} >&2
+tools/build.sh >&2
 
 exec build/examples/embed_basic "$@"

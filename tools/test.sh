@@ -7,7 +7,5 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-tools/install-deps.sh
-tools/configure.sh build
-meson compile -C build
+tools/build.sh
 meson test -C build --print-errorlogs "$@"

@@ -89,14 +89,9 @@ public:
     using pack = std::tuple<Args...>;
     detail::require_replica_context(*this);
     // TF runs replica 0's merge function; the others need not package theirs.
-    if (replica_id_ != 0) {
-      auto mine = channel_->merge(std::any{pack{args...}}, nullptr);
-      if constexpr (!std::is_void_v<result_type>)
-        return std::any_cast<select_replica_t<result_type>>(std::move(mine));
-      else
-        return;
-    }
-    auto erased = std::make_shared<const detail::merge_function>(
+    std::shared_ptr<const detail::merge_function> erased;
+    if (replica_id_ == 0)
+      erased = std::make_shared<const detail::merge_function>(
       [fn = std::decay_t<MergeFn>(std::forward<MergeFn>(merge_fn))](
         lockstep::strategy& s, std::vector<std::any>& packs) mutable {
         std::vector<pack> typed;

@@ -209,7 +209,6 @@ public:
 
   template <class F, class... Args>
   auto run(const run_options& options, F&& fn, const Args&... args) const {
-    auto guard = scope();
     return extended().call_for_each_replica(options, std::forward<F>(fn),
                                             args...);
   }
