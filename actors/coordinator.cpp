@@ -5,6 +5,7 @@
 #include "prompt_blocking_actor.hpp"
 #include "replica_actor.hpp"
 #include "log.hpp"
+#include "spin_wait.hpp"
 #include "thread_mode.hpp"
 
 #include "lockstep/error.hpp"
@@ -16,8 +17,6 @@
 #include <optional>
 #include <thread>
 
-#include <sched.h>
-
 namespace lockstep::actors {
 
 using clock = std::chrono::steady_clock;
@@ -26,14 +25,6 @@ namespace {
 
 /// How long unwinding replicas (which only wait in a mailbox) get to report.
 constexpr auto unwind_grace = std::chrono::seconds{5};
-
-/// CPUs this process may run on (its affinity mask, e.g. a container's cpuset).
-std::size_t usable_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    return static_cast<std::size_t>(CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 /// Removes and returns the first message of call `seq` in `messages`.
 template <class Message>
@@ -69,7 +60,8 @@ struct coordinator::call {
   enum class phase { running, merging, finished, stalled };
 
   call(std::uint64_t seq, std::size_t n)
-    : seq(seq), phases(n, phase::running), values(n), requests(n) {}
+    : seq(seq), phases(n, phase::running), values(n), requests(n),
+      creations(std::make_shared<detail::creation_rendezvous>()) {}
 
   std::size_t count(phase p) const {
     return static_cast<std::size_t>(std::count(phases.begin(), phases.end(), p));
@@ -81,6 +73,8 @@ struct coordinator::call {
   std::vector<merge_request> requests;
   /// The first exception; the call rethrows it once every replica stopped.
   std::exception_ptr failure;
+  /// Where the replicas meet to create variables.
+  std::shared_ptr<detail::creation_rendezvous> creations;
 };
 
 coordinator::coordinator(detail::strategy_state& state)
@@ -89,10 +83,7 @@ coordinator::coordinator(detail::strategy_state& state)
     context_(system_.get()),
     busy_(state.devices.size(), 0) {
   // Poll before sleeping only if every thread of the strategy has a core.
-  const auto threads = state.devices.size() + 1;
-  const auto spin = threads <= usable_cpus()
-                      ? get_runtime_options().spin_wait
-                      : std::chrono::microseconds{0};
+  const auto spin = detail::spin_budget(state.devices.size() + 1);
   caf::actor_config cfg{&context_};
   mailbox_ = caf::make_actor<coordinator_mailbox, caf::strong_actor_ptr>(
     system_->next_actor_id(), system_->node(), system_.get(), cfg, spin);
@@ -142,7 +133,7 @@ coordinator::run(std::shared_ptr<const detail::replica_function> fn,
     ~active_guard() { active.pop_back(); }
   } guard{active_};
   for (const auto& r : replicas_)
-    self_->send(r, run_message{c.seq, fn, timeout});
+    self_->send(r, run_message{c.seq, fn, timeout, c.creations});
   auto deadline = clock::now() + timeout;
   for (;;) {
     if (awaited(c) > 0) {
@@ -260,6 +251,7 @@ void coordinator::merge(call& c) {
     fail(c, std::current_exception());
     return;
   }
+  c.creations->set_first_replica_paused(false);
   for (std::size_t r = 0; r < replicas_.size(); ++r) {
     c.phases[r] = call::phase::running;
     self_->send(replicas_[r], merge_reply{c.seq, std::move(slices[r])});

@@ -15,6 +15,8 @@
 #include "lockstep/replica_context.hpp"
 #include "lockstep/strategy.hpp"
 
+#include "variable_creation.hpp"
+
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include <any>
@@ -32,6 +34,8 @@ struct run_message {
   std::shared_ptr<const detail::replica_function> fn;
   /// The call's timeout; a replica waits twice as long for a merge result.
   std::chrono::milliseconds timeout;
+  /// Where the call's replicas meet to create variables (shared by all).
+  std::shared_ptr<detail::creation_rendezvous> creations;
 };
 
 /// replica -> coordinator: call `seq` ended on `replica`, with a value, an

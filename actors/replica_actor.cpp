@@ -36,6 +36,8 @@ void replica_actor::act() {
 void replica_actor::execute(run_message& msg) {
   const auto outer_seq = std::exchange(current_seq_, msg.seq);
   const auto outer_timeout = std::exchange(current_timeout_, msg.timeout);
+  detail::replica_creations creations{msg.creations.get(), replica_};
+  auto* const outer_creations = std::exchange(detail::current_replica_creations(), &creations);
   replica_result result{msg.seq, replica_, {}, {}, false};
   {
     detail::mode_guard mode{{&state_, &context_}};
@@ -48,6 +50,9 @@ void replica_actor::execute(run_message& msg) {
       result.error = std::current_exception();
     }
   }
+  if (replica_ == 0)
+    creations.rendezvous->set_first_replica_paused(true); // returned: creates no more
+  detail::current_replica_creations() = outer_creations;
   current_seq_ = outer_seq;
   current_timeout_ = outer_timeout;
   send(coordinator_, std::move(result));
@@ -65,6 +70,10 @@ std::any replica_actor::merge(std::any args,
   const auto seq = current_seq_;
   if (aborted(seq))
     throw replica_aborted{};
+  // Replica 0 creates no variables while paused; the coordinator resumes
+  // it before it scatters the merge result.
+  if (auto* creations = detail::current_replica_creations(); replica_ == 0 && creations)
+    creations->rendezvous->set_first_replica_paused(true);
   send(coordinator_, merge_request{seq, replica_, std::move(args), std::move(fn)});
   // The coordinator's deadline decides stalls. This one, twice as long and
   // restarted by every message from the coordinator, only ends a wait for a

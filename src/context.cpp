@@ -17,6 +17,7 @@ namespace lockstep::detail {
 namespace {
 
 thread_local std::vector<thread_mode> modes;
+thread_local const update_context* innermost_update = nullptr;
 
 std::shared_ptr<strategy_state> make_default_strategy() {
   auto state = strategy_state::create(
@@ -48,6 +49,19 @@ void push_mode(thread_mode mode) {
 
 void pop_mode() noexcept {
   modes.pop_back();
+}
+
+const update_context* current_update_context() noexcept {
+  return innermost_update;
+}
+
+update_context_guard::update_context_guard(strategy_state& strategy, std::size_t copy)
+  : outer_(innermost_update), context_{&strategy, copy}, mode_({&strategy, nullptr}) {
+  innermost_update = &context_;
+}
+
+update_context_guard::~update_context_guard() {
+  innermost_update = outer_;
 }
 
 strategy_state& default_strategy_state() {

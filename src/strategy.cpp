@@ -4,6 +4,7 @@
 
 #include "lockstep/strategy.hpp"
 
+#include "spin_wait.hpp"
 #include "strategy_state.hpp"
 #include "thread_mode.hpp"
 
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
 #include <optional>
 
 #include <sstream>
@@ -26,24 +28,82 @@ strategy_state::strategy_state(strategy_kind kind, std::vector<device_spec> devi
                                std::chrono::milliseconds timeout)
   : kind(kind), devices(std::move(devices)), ops(std::move(ops)), timeout(timeout) {}
 
+namespace {
+
+/// Stops the replicas, then deletes the state; keeps it (never freed) when
+/// a replica is stuck in user code that may still use it.
+void destroy(strategy_state* s) {
+  if (!s->executor || s->executor->stop()) {
+    delete s;
+    return;
+  }
+  LOCKSTEP_LOG_ERROR("{}: a replica thread still runs user code at shutdown; "
+                     "its strategy is kept alive for it",
+                     s->name());
+  static auto* abandoned = new std::vector<strategy_state*>;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock{mutex};
+  abandoned->push_back(s); // reachable, never freed, on purpose
+}
+
+} // namespace
+
 std::shared_ptr<strategy_state> strategy_state::create(strategy_kind kind,
                                                        std::vector<device_spec> devices,
                                                        std::shared_ptr<cross_device_ops> ops,
                                                        std::chrono::milliseconds timeout) {
   auto* state = new strategy_state(kind, std::move(devices), std::move(ops), timeout);
   return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
-    if (!s->executor || s->executor->stop()) {
-      delete s;
-      return;
-    }
-    LOCKSTEP_LOG_ERROR("{}: a replica thread still runs user code at shutdown; "
-                       "its strategy is kept alive for it",
-                       s->name());
-    static auto* abandoned = new std::vector<strategy_state*>;
-    static std::mutex mutex;
-    std::lock_guard<std::mutex> lock{mutex};
-    abandoned->push_back(s); // reachable, never freed, on purpose
+    // A posted write's captures may hold the last handle; an executor
+    // cannot join its own thread, so another thread destroys the state.
+    if (s->on_device_executor_thread())
+      std::thread{[s] { destroy(s); }}.detach();
+    else
+      destroy(s);
   });
+}
+
+actors::device_executor& strategy_state::device_executor(std::size_t device) {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  if (device_executors_.empty()) {
+    // Replica threads are idle while posted writes run.
+    const auto spin = spin_budget(devices.size() + 1);
+    for (const auto& d : devices)
+      device_executors_.push_back(std::make_unique<actors::device_executor>(d, spin));
+  }
+  return *device_executors_.at(device);
+}
+
+bool strategy_state::on_device_executor_thread() const {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  return std::any_of(device_executors_.begin(), device_executors_.end(),
+                     [](const auto& e) { return e->on_this_thread(); });
+}
+
+void strategy_state::drain_device_executors() {
+  std::vector<actors::device_executor*> executors;
+  {
+    std::lock_guard<std::mutex> lock{variables_mutex_};
+    for (const auto& e : device_executors_)
+      executors.push_back(e.get());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto* e : executors)
+    if (!e->drain(deadline))
+      throw timeout_error(name() + ": the writes posted to " + e->device().to_string()
+                          + " did not finish within " + std::to_string(timeout.count())
+                          + " ms");
+}
+
+void strategy_state::record_write_failure(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  if (!write_failure_)
+    write_failure_ = std::move(error);
+}
+
+std::exception_ptr strategy_state::take_write_failure() {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  return std::exchange(write_failure_, nullptr);
 }
 
 std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout, const char* what) {

@@ -8,8 +8,12 @@
 #include "lockstep/replica_context.hpp"
 #include "lockstep/strategy.hpp"
 
+#include "device_executor.hpp"
+
 #include <any>
 #include <atomic>
+#include <exception>
+#include <mutex>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -70,8 +74,31 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   std::atomic<std::thread::id> user;
   int user_depth = 0;
 
+  // -- variables ----------------------------------------------------------
+
+  /// The executor of device `device` (an index into `devices`), which runs
+  /// the copies of variables there; started on first use.
+  actors::device_executor& device_executor(std::size_t device);
+
+  /// True on one of this strategy's device executor threads.
+  bool on_device_executor_thread() const;
+
+  /// Waits until every write posted so far to the device executors has run;
+  /// timeout_error after the strategy's timeout.
+  void drain_device_executors();
+
+  /// Records a posted write that threw (for `synchronize()`).
+  void record_write_failure(std::exception_ptr error);
+  /// The first write failure recorded since the last call, if any.
+  std::exception_ptr take_write_failure();
+
   /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;
+
+private:
+  mutable std::mutex variables_mutex_;
+  std::vector<std::unique_ptr<actors::device_executor>> device_executors_;
+  std::exception_ptr write_failure_;
 };
 
 /// The process-wide default strategy (never destroyed).

@@ -46,6 +46,24 @@ void add_loop(T* __restrict accumulator, const T* __restrict x, std::int64_t cou
 }
 
 template <class T>
+void subtract_loop(T* __restrict accumulator, const T* __restrict x, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i)
+    accumulator[i] -= x[i];
+}
+
+template <class T>
+void axpy_loop(T* __restrict y, double factor, const T* __restrict x, std::int64_t count) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const auto a = static_cast<T>(factor);
+    for (std::int64_t i = 0; i < count; ++i)
+      y[i] += a * x[i];
+  } else {
+    for (std::int64_t i = 0; i < count; ++i)
+      y[i] = static_cast<T>(static_cast<double>(y[i]) + factor * static_cast<double>(x[i]));
+  }
+}
+
+template <class T>
 void scale_loop(T* __restrict x, double factor, std::int64_t count) {
   if constexpr (std::is_floating_point_v<T>) {
     const auto cast_factor = static_cast<T>(factor);
@@ -85,6 +103,30 @@ void add_into(tensor& accumulator, const tensor& x) {
     const auto* addends = source.data<T>().data();
     in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
       add_loop(sums + offset, addends + offset, length);
+    });
+  });
+}
+
+void subtract_into(tensor& accumulator, const tensor& x) {
+  check_same_dtype_and_shape("subtract_into", accumulator, x);
+  const tensor source = accumulator.same_buffer(x) ? x.copy() : x;
+  visit_dtype(x.dtype(), [&]<class T>(T) {
+    auto* results = accumulator.data<T>().data();
+    const auto* subtrahends = source.data<T>().data();
+    in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
+      subtract_loop(results + offset, subtrahends + offset, length);
+    });
+  });
+}
+
+void axpy_into(tensor& y, double factor, const tensor& x) {
+  check_same_dtype_and_shape("axpy_into", y, x);
+  const tensor source = y.same_buffer(x) ? x.copy() : x;
+  visit_dtype(x.dtype(), [&]<class T>(T) {
+    auto* results = y.data<T>().data();
+    const auto* addends = source.data<T>().data();
+    in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
+      axpy_loop(results + offset, factor, addends + offset, length);
     });
   });
 }

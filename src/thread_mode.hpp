@@ -6,6 +6,8 @@
 
 #include "lockstep/replica_context.hpp"
 
+#include <cstddef>
+
 namespace lockstep::detail {
 
 struct strategy_state;
@@ -29,6 +31,32 @@ public:
   ~mode_guard() { pop_mode(); }
   mode_guard(const mode_guard&) = delete;
   mode_guard& operator=(const mode_guard&) = delete;
+};
+
+/// TF's UpdateContext: set while an `update()` / `update_non_slot()`
+/// function runs for copy `copy`; writes and reads of that strategy's
+/// variables then touch copy `copy` alone.
+struct update_context {
+  const strategy_state* strategy;
+  std::size_t copy;
+};
+
+/// The innermost update context of this thread; nullptr outside updates.
+const update_context* current_update_context() noexcept;
+
+/// Enters an update context (and the strategy's cross-replica mode, where
+/// update functions run) for its lifetime.
+class update_context_guard {
+public:
+  update_context_guard(strategy_state& strategy, std::size_t copy);
+  ~update_context_guard();
+  update_context_guard(const update_context_guard&) = delete;
+  update_context_guard& operator=(const update_context_guard&) = delete;
+
+private:
+  const update_context* outer_;
+  update_context context_;
+  mode_guard mode_;
 };
 
 /// The default strategy's replica context (the default replica context).

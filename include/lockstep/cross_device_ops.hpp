@@ -4,6 +4,7 @@
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/values.hpp"
+#include "lockstep/variable.hpp"
 
 #include <memory>
 #include <optional>
@@ -23,6 +24,8 @@ public:
   destinations(const std::string& device);
   destinations(const tensor& value);
   destinations(const distributed_values<tensor>& value);
+  /// The devices of the variable's copies.
+  destinations(const variable& var);
 
   /// Canonical devices, in order.
   const std::vector<device_spec>& devices() const noexcept { return devices_; }

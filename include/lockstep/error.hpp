@@ -49,4 +49,18 @@ public:
   using error::error;
 };
 
+/// An operating-system call on a file failed (open, write, fsync, rename);
+/// the message names the call, the path and the system's reason.
+class io_error : public error {
+public:
+  using error::error;
+};
+
+/// TF's DataLossError: a file is truncated or corrupted; the message names
+/// the file, the entry and what is wrong with it.
+class data_loss_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace lockstep

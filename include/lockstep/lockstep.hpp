@@ -16,4 +16,5 @@
 #include "lockstep/strategy.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/values.hpp"
+#include "lockstep/variable.hpp"
 #include "lockstep/version.hpp"

@@ -5,6 +5,7 @@
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/values.hpp"
+#include "lockstep/variable.hpp"
 
 #include <any>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -79,7 +81,181 @@ decltype(auto) invoke_replica_fn(F& fn, replica_context& ctx, Args&&... args) {
 
 std::size_t replica_id(const replica_context& ctx);
 
+// -- update ---------------------------------------------------------------------
+
+/// The function of one `update()` or `update_non_slot()` call with its
+/// arguments, called once per copy (device) on that device's thread.
+class update_function {
+public:
+  virtual ~update_function() = default;
+  /// Calls the function for copy `copy`: `value` is the copy's tensor and
+  /// `component` its handle (both nullptr for update_non_slot).
+  virtual void call(std::size_t copy, tensor* value, const variable* component) = 0;
+};
+
+/// Posts `fn` to every copy of `var` in one write; waits until every copy
+/// applied it when `wait` is set (rethrowing the first copy's exception).
+void post_update(strategy_state& state, const variable& var,
+                 std::shared_ptr<update_function> fn, bool wait);
+
+/// Runs `fn` once per device of `devices` (devices of the strategy) in an
+/// update context, and waits for all of them.
+void run_non_slot(strategy_state& state, const std::vector<device_spec>& devices,
+                  std::shared_ptr<update_function> fn);
+
+/// The number of copies an update of `var` calls its function for.
+std::size_t copies_of(const variable& var);
+
+[[noreturn]] void throw_not_mirrored(const std::string& value);
+
+/// TF's `select_device_mirrored` for copy `copy`: a mirrored value gives its
+/// component, a per-replica value is an error (checked before posting, by
+/// `check_mirrored`), anything else is passed as it is.
+template <class T>
+const T& select_mirrored(std::size_t, const T& x) {
+  return x;
+}
+
+template <class T>
+const T& select_mirrored(std::size_t copy, const mirrored<T>& x) {
+  return x[copy];
+}
+
+template <class T>
+const T& select_mirrored(std::size_t, const per_replica<T>& x) {
+  return x.primary(); // single: check_mirrored rejected the others
+}
+
+template <class T>
+void check_mirrored(const T&, std::size_t) {}
+
+template <class T>
+void check_mirrored(const mirrored<T>& x, std::size_t copies) {
+  if (x.size() != copies)
+    throw value_error("update: a mirrored argument has " + std::to_string(x.size())
+                      + " components for " + std::to_string(copies) + " copies");
+}
+
+template <class T>
+void check_mirrored(const per_replica<T>& x, std::size_t) {
+  // TF's regroup collapses a value that is the same object on every replica.
+  if (!x.is_single())
+    throw_not_mirrored("a per_replica<" + std::string(typeid(T).name()) + "> of "
+                       + std::to_string(x.size()) + " components");
+}
+
+template <class T>
+using select_mirrored_t = std::decay_t<decltype(select_mirrored(0, std::declval<const T&>()))>;
+
+/// How an update function is called: for a copy of a variable as
+/// fn(tensor&, args...) when it can be, else as fn(variable&, args...);
+/// for update_non_slot as fn(args...).
+enum class update_call { value, component, non_slot };
+
+template <bool ForVariable, class F, class... Args>
+constexpr update_call update_call_of() {
+  if constexpr (!ForVariable)
+    return update_call::non_slot;
+  else if constexpr (std::is_invocable_v<F&, tensor&, const select_mirrored_t<Args>&...>)
+    return update_call::value;
+  else
+    return update_call::component;
+}
+
+template <update_call Call, class F, class... Args>
+auto update_result_helper() {
+  if constexpr (Call == update_call::value)
+    return std::type_identity<std::invoke_result_t<F&, tensor&, const select_mirrored_t<Args>&...>>{};
+  else if constexpr (Call == update_call::component)
+    return std::type_identity<std::invoke_result_t<F&, variable&, const select_mirrored_t<Args>&...>>{};
+  else
+    return std::type_identity<std::invoke_result_t<F&, const select_mirrored_t<Args>&...>>{};
+}
+
+/// An update function with its arguments and a result slot per copy.
+template <bool ForVariable, class F, class... Args>
+class typed_update final : public update_function {
+public:
+  static constexpr update_call call_kind = update_call_of<ForVariable, F, Args...>();
+  using result_type = typename decltype(update_result_helper<call_kind, F, Args...>())::type;
+
+  typed_update(F fn, const Args&... args, std::size_t copies)
+    : fn_(std::move(fn)), args_(args...), results_(copies) {}
+
+  void call(std::size_t copy, tensor* value, const variable* component) override {
+    std::apply([&](const auto&... a) { store(copy, invoke(copy, value, component, a...)); }, args_);
+  }
+
+  /// The results in copy order (after every copy ran).
+  std::vector<result_type> results() {
+    std::vector<result_type> out;
+    out.reserve(results_.size());
+    for (auto& r : results_)
+      out.push_back(std::move(*r));
+    return out;
+  }
+
+private:
+  struct nothing {};
+  using slot = std::conditional_t<std::is_void_v<result_type>, nothing, result_type>;
+
+  template <class... A>
+  auto invoke(std::size_t copy, tensor* value, const variable* component, const A&... a) {
+    if constexpr (call_kind == update_call::value)
+      return wrap([&] { return fn_(*value, select_mirrored(copy, a)...); });
+    else if constexpr (call_kind == update_call::component)
+      return wrap([&] {
+        variable c = *component;
+        return fn_(c, select_mirrored(copy, a)...);
+      });
+    else
+      return wrap([&] { return fn_(select_mirrored(copy, a)...); });
+  }
+
+  template <class G>
+  static slot wrap(G&& g) {
+    if constexpr (std::is_void_v<result_type>) {
+      g();
+      return {};
+    } else {
+      return g();
+    }
+  }
+
+  void store(std::size_t copy, slot value) {
+    if constexpr (!std::is_void_v<result_type>)
+      results_[copy] = std::move(value);
+  }
+
+  F fn_;
+  std::tuple<Args...> args_;
+  std::vector<std::optional<slot>> results_;
+};
+
 } // namespace detail
+
+/// Tag for `update` / `update_non_slot`: return each copy's result as it
+/// is (TF's group=False) instead of a `mirrored` value.
+struct ungrouped_t {
+  explicit ungrouped_t() = default;
+};
+inline constexpr ungrouped_t ungrouped{};
+
+/// RAII guard of `strategy_extended::colocate_vars_with`.
+class [[nodiscard]] colocation_guard {
+public:
+  colocation_guard(colocation_guard&& other) noexcept
+    : pushed_(std::exchange(other.pushed_, false)) {}
+  colocation_guard(const colocation_guard&) = delete;
+  colocation_guard& operator=(const colocation_guard&) = delete;
+  colocation_guard& operator=(colocation_guard&&) = delete;
+  ~colocation_guard();
+
+private:
+  friend class strategy_extended;
+  explicit colocation_guard(bool pushed) noexcept : pushed_(pushed) {}
+  bool pushed_;
+};
 
 /// RAII guard returned by `strategy::scope()`: the thread is in the
 /// strategy's cross-replica context until the guard is destroyed. Destroy it
@@ -150,6 +326,81 @@ public:
   auto call_for_each_replica(const run_options& options, F&& fn,
                              const Args&... args) const;
 
+  // -- variables --------------------------------------------------------------
+
+  /// TF's update: calls `fn` once for each copy of `var`, on that copy's
+  /// device, as fn(value, args...) with the copy's `tensor&` (written in
+  /// place), or as fn(copy, args...) with the copy's `variable&` handle.
+  /// Mirrored arguments are unwrapped per copy; per-replica arguments are a
+  /// type_error (TF's "Expected value to be mirrored across replicas").
+  /// Inside `fn`, writes and reads of this strategy's variables touch their
+  /// copy on the same device only (TF's UpdateContext).
+  ///
+  /// Every copy applies the update in the same position of the variable's
+  /// order of writes. When `fn` returns nothing the update is posted: it
+  /// returns once queued, every later read or write of `var` comes after it,
+  /// and an exception from `fn` is rethrown by the next read or write of
+  /// `var` (or by `synchronize()`). Otherwise it waits and returns the
+  /// results as `mirrored<R>`, or as one `R` per copy with `ungrouped`.
+  template <class F, class... Args>
+  auto update(const variable& var, F&& fn, const Args&... args) const {
+    using result_type = typename detail::typed_update<true, std::decay_t<F>, Args...>::result_type;
+    if constexpr (std::is_void_v<result_type>)
+      update_impl(var, std::forward<F>(fn), args...);
+    else
+      return mirrored<result_type>{update_impl(var, std::forward<F>(fn), args...)};
+  }
+
+  template <class F, class... Args>
+  auto update(ungrouped_t, const variable& var, F&& fn, const Args&... args) const {
+    return update_impl(var, std::forward<F>(fn), args...);
+  }
+
+  /// TF's update_non_slot: calls fn(args...) once per device of `devices`
+  /// (from `non_slot_devices`), on that device's thread in an update
+  /// context, and waits for all of them.
+  template <class F, class... Args>
+  auto update_non_slot(const std::vector<device_spec>& devices, F&& fn,
+                       const Args&... args) const {
+    using result_type = typename detail::typed_update<false, std::decay_t<F>, Args...>::result_type;
+    if constexpr (std::is_void_v<result_type>)
+      update_non_slot_impl(devices, std::forward<F>(fn), args...);
+    else
+      return mirrored<result_type>{update_non_slot_impl(devices, std::forward<F>(fn), args...)};
+  }
+
+  template <class F, class... Args>
+  auto update_non_slot(ungrouped_t, const std::vector<device_spec>& devices, F&& fn,
+                       const Args&... args) const {
+    return update_non_slot_impl(devices, std::forward<F>(fn), args...);
+  }
+
+  /// TF's read_var: the aggregate of a sync-on-read variable, the value of
+  /// the closest copy of any other.
+  tensor read_var(const variable& var) const;
+
+  /// Where `update_non_slot` should run for state shared by `vars`: every
+  /// device of a mirrored strategy; the devices of the variable with the
+  /// smallest name otherwise.
+  std::vector<device_spec> non_slot_devices(const std::vector<variable>& vars) const;
+
+  /// Variables created while the guard lives are placed on `var`'s devices
+  /// (optimizer slots next to their variable). value_error unless `var`
+  /// was created in this strategy's scope.
+  colocation_guard colocate_vars_with(const variable& var) const;
+
+  /// The variable a component belongs to (TF's value_container).
+  variable value_container(const variable& component) const {
+    return component.container();
+  }
+
+  /// True when `var` was created in this strategy's scope.
+  bool variable_created_in_scope(const variable& var) const;
+
+  /// Waits until every write posted to this strategy's variables has been
+  /// applied and rethrows the first that threw since the last call.
+  void synchronize() const;
+
   /// The devices replicas run on; the default strategy has none (context_error).
   const std::vector<device_spec>& worker_devices() const;
   /// The devices variables live on; the default strategy has none.
@@ -179,6 +430,31 @@ public:
 private:
   friend struct detail::strategy_state;
   explicit strategy_extended(detail::strategy_state& state) : state_(&state) {}
+
+  template <class F, class... Args>
+  auto update_impl(const variable& var, F&& fn, const Args&... args) const {
+    using update_type = detail::typed_update<true, std::decay_t<F>, Args...>;
+    using result_type = typename update_type::result_type;
+    detail::require_cross_replica_or_default_context(*state_);
+    const auto copies = detail::copies_of(var);
+    (detail::check_mirrored(args, copies), ...);
+    auto work = std::make_shared<update_type>(std::forward<F>(fn), args..., copies);
+    detail::post_update(*state_, var, work, !std::is_void_v<result_type>);
+    if constexpr (!std::is_void_v<result_type>)
+      return work->results();
+  }
+
+  template <class F, class... Args>
+  auto update_non_slot_impl(const std::vector<device_spec>& devices, F&& fn,
+                            const Args&... args) const {
+    using update_type = detail::typed_update<false, std::decay_t<F>, Args...>;
+    detail::require_cross_replica_or_default_context(*state_);
+    (detail::check_mirrored(args, devices.size()), ...);
+    auto work = std::make_shared<update_type>(std::forward<F>(fn), args..., devices.size());
+    detail::run_non_slot(*state_, devices, work);
+    if constexpr (!std::is_void_v<typename update_type::result_type>)
+      return work->results();
+  }
 
   void check_reduce_non_distributed(const destinations& destination) const;
 

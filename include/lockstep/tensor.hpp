@@ -136,6 +136,10 @@ public:
   /// True when both handles share one buffer (identity, not equality).
   bool same_buffer(const tensor& other) const;
 
+  /// How many handles share this buffer (this one included). A variable
+  /// uses it to give a new buffer to a write while readers hold the old one.
+  long buffer_use_count() const noexcept { return buffer_.use_count(); }
+
   /// A handle with `shape` that shares this buffer. Throws shape_error
   /// unless `shape` has as many elements as this tensor.
   tensor reshaped(shape_t shape) const;
@@ -176,6 +180,14 @@ std::ostream& operator<<(std::ostream& out, const tensor& t);
 
 /// `accumulator += x`, elementwise. `x` may share the accumulator's buffer.
 void add_into(tensor& accumulator, const tensor& x);
+
+/// `accumulator -= x`, elementwise. `x` may share the accumulator's buffer.
+void subtract_into(tensor& accumulator, const tensor& x);
+
+/// `y += factor * x`, elementwise (BLAS's axpy). Floating dtypes multiply by
+/// `factor` cast to the dtype; integer dtypes compute in double and
+/// truncate toward zero.
+void axpy_into(tensor& y, double factor, const tensor& x);
 
 /// `x *= factor`, elementwise. Floating dtypes multiply by `factor` cast to
 /// the dtype (as TF's `x * tf.cast(factor, x.dtype)`); integer dtypes

@@ -1,0 +1,20 @@
+#pragma once
+
+// How long a thread that waits for work may poll before it sleeps. On these
+// machines a sleeping thread takes tens of microseconds to wake, so polling
+// pays, but only while every busy thread has a CPU of its own: polling on a
+// shared CPU steals it from the thread that would produce the work.
+
+#include <chrono>
+#include <cstddef>
+
+namespace lockstep::detail {
+
+/// CPUs this process may run on (its affinity mask, e.g. a container's cpuset).
+std::size_t usable_cpus();
+
+/// runtime_options::spin_wait when `threads` threads fit on the usable CPUs,
+/// else 0 (sleep at once).
+std::chrono::microseconds spin_budget(std::size_t threads);
+
+} // namespace lockstep::detail
