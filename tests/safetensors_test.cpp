@@ -1,0 +1,631 @@
+// The safetensors codec and the atomic file writer behind checkpoints:
+// round trips of every dtype (special values bit for bit), bytes pinned
+// against the format's specification, files from other tools, every kind of
+// corrupt file, and crash safety of writes through the write seam (a child
+// process killed mid-write). No actor system: suite 'unit'.
+
+#include "safetensors.hpp"
+
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "atomic_file.hpp"
+#include "lockstep/device_spec.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/tensor.hpp"
+
+using namespace lockstep;
+using namespace lockstep::detail;
+namespace fs = std::filesystem;
+
+namespace {
+
+// -- building files by hand ---------------------------------------------------
+
+// The bytes `values`, each 0..255.
+std::string bytes_of(std::initializer_list<unsigned> values) {
+  std::string result;
+  for (auto value : values)
+    result.push_back(static_cast<char>(value));
+  return result;
+}
+
+std::string little_endian_u64(std::uint64_t value) {
+  std::string result;
+  for (int i = 0; i < 8; ++i)
+    result.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  return result;
+}
+
+// A safetensors file with `header` (unpadded) followed by `buffer`.
+std::string file_with(const std::string& header, const std::string& buffer = {}) {
+  return little_endian_u64(header.size()) + header + buffer;
+}
+
+// A tensor's buffer as bytes, to compare floats bit for bit (NaN included).
+std::string raw_bytes(const tensor& t) {
+  return {static_cast<const char*>(t.raw_data()), t.byte_size()};
+}
+
+// The message of the data_loss_error that decoding `file` throws.
+std::string corruption_of(const std::string& file) {
+  return error_of<data_loss_error>([&] { decode_safetensors(file, "test.safetensors"); });
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Values that a lossy or endian-confused codec would get wrong.
+template <class T>
+std::vector<T> special_values() {
+  using limits = std::numeric_limits<T>;
+  if constexpr (std::is_floating_point_v<T>) {
+    using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    auto quiet_nan_with_payload = std::bit_cast<T>(std::bit_cast<bits>(limits::quiet_NaN()) | 1);
+    return {T(0),          T(-0.0),         T(1.5),         -limits::infinity(),
+            limits::infinity(), limits::quiet_NaN(), -limits::quiet_NaN(),
+            quiet_nan_with_payload, limits::denorm_min(), limits::max(), limits::lowest()};
+  } else {
+    return {T(0), T(1), T(-1), T(0x01020304), limits::min(), limits::max()};
+  }
+}
+
+// -- temporary files ----------------------------------------------------------
+
+// A fresh directory under the system's temporary directory, removed with
+// everything in it when the test ends.
+class temporary_directory {
+public:
+  temporary_directory() {
+    static int count = 0;
+    path_ = fs::temp_directory_path()
+            / ("lockstep_safetensors_test." + std::to_string(::getpid()) + "."
+               + std::to_string(count++));
+    fs::remove_all(path_);
+    fs::create_directory(path_);
+  }
+
+  ~temporary_directory() {
+    std::error_code ignored; // a destructor must not throw
+    fs::remove_all(path_, ignored);
+  }
+
+  temporary_directory(const temporary_directory&) = delete;
+  temporary_directory& operator=(const temporary_directory&) = delete;
+
+  const fs::path& path() const { return path_; }
+
+private:
+  fs::path path_;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  REQUIRE(out);
+}
+
+// The entries of `directory` that are write_file_atomically's temporaries.
+std::vector<fs::path> temporaries_in(const fs::path& directory) {
+  std::vector<fs::path> found;
+  for (const auto& entry : fs::directory_iterator(directory))
+    if (is_atomic_write_temporary(entry.path()))
+      found.push_back(entry.path());
+  return found;
+}
+
+// Removes the hook when a test ends, however it ends.
+struct hook_guard {
+  ~hook_guard() { set_atomic_write_hook(nullptr); }
+};
+
+// How a child process that ran write_file_atomically(path, bytes) with a
+// hook raising SIGKILL at `stage` ended.
+struct child_outcome {
+  pid_t pid;
+  int status; // as waitpid reports it
+};
+
+child_outcome write_in_child_killed_at(atomic_write_stage stage, const fs::path& path,
+                                       const std::string& bytes) {
+  pid_t child = ::fork();
+  REQUIRE(child != -1);
+  if (child == 0) {
+    // The child never returns into doctest: it dies by the hook or exits.
+    set_atomic_write_hook([stage](atomic_write_stage reached) {
+      if (reached == stage)
+        ::kill(::getpid(), SIGKILL);
+    });
+    try {
+      write_file_atomically(path, bytes);
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(3); // the hook never fired
+  }
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::seconds(30);
+  int status = 0;
+  for (;;) {
+    pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child)
+      return {child, status};
+    if (done == -1 && errno != EINTR) {
+      std::string reason = std::strerror(errno);
+      FAIL("waitpid failed: " << reason);
+    }
+    if (clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      FAIL("the writing child did not end within 30 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::string sample_file(float first, std::int64_t step) {
+  return encode_safetensors({{"w", tensor::from<float>({first, 2, 3})},
+                             {"step", tensor::scalar<std::int64_t>(step)}},
+                            {{"format", "lockstep"}});
+}
+
+} // namespace
+
+// -- round trips --------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("every dtype round-trips bit for bit", T, float, double, std::int32_t,
+                   std::int64_t) {
+  auto values = special_values<T>();
+  const auto count = static_cast<std::int64_t>(values.size());
+  std::vector<named_tensor> tensors{
+    {"special", tensor::from<T>(values, {count})},
+    {"scalar", tensor::scalar<T>(T(42))},
+    {"empty", tensor::from<T>({}, {0})},
+    {"matrix", tensor::from<T>({1, 2, 3, 4, 5, 6}, {2, 3})},
+    {"empty matrix", tensor::zeros(dtype_of_v<T>, {3, 0})},
+    {"layer/0/kernel:0", tensor::from<T>({T(-7)}, {1, 1, 1})},
+  };
+  const std::map<std::string, std::string> metadata{{"step", "12"}, {"format", "lockstep"},
+                                                    {"empty", ""}};
+
+  auto file = encode_safetensors(tensors, metadata);
+  auto contents = decode_safetensors(file, "round_trip.safetensors", cpu_device(2));
+
+  CHECK(contents.metadata == metadata);
+  REQUIRE(contents.tensors.size() == tensors.size());
+  for (const auto& [name, original] : tensors) {
+    CAPTURE(name);
+    REQUIRE(contents.tensors.count(name) == 1);
+    const auto& decoded = contents.tensors.at(name);
+    CHECK(decoded.dtype() == dtype_of_v<T>);
+    CHECK(decoded.shape() == original.shape());
+    CHECK(raw_bytes(decoded) == raw_bytes(original));
+    CHECK(decoded.device() == cpu_device(2));
+  }
+  CHECK(contents.tensors.at("matrix") == tensor::from<T>({1, 2, 3, 4, 5, 6}, {2, 3}));
+}
+
+TEST_CASE("decoded tensors default to the current device") {
+  auto file = encode_safetensors({{"x", tensor::from<double>({0.25})}}, {});
+  CHECK(decode_safetensors(file, "f").tensors.at("x").device() == cpu_device(0));
+  device_scope scope(cpu_device(3));
+  CHECK(decode_safetensors(file, "f").tensors.at("x").device() == cpu_device(3));
+}
+
+TEST_CASE("a file without tensors or metadata") {
+  // "{}" padded to 8 bytes.
+  auto file = encode_safetensors({}, {});
+  CHECK(file == bytes_of({8, 0, 0, 0, 0, 0, 0, 0}) + "{}      ");
+  auto contents = decode_safetensors(file, "empty.safetensors");
+  CHECK(contents.tensors.empty());
+  CHECK(contents.metadata.empty());
+}
+
+// -- the format, pinned -------------------------------------------------------
+
+TEST_CASE("the encoder writes exactly the bytes the format specifies") {
+  // Given out of name order: the buffer holds them in name order all the same.
+  std::vector<named_tensor> tensors{{"b", tensor::scalar<std::int64_t>(7)},
+                                    {"a", tensor::from<float>({1, 2})}};
+  // The checksums are zlib's crc32 of the data bytes below: a's 8 bytes give
+  // 2e3fa576, b's 8 bytes 6fe7d670.
+  const std::string header =
+    R"({"__metadata__":{"lockstep.crc32.a":"2e3fa576","lockstep.crc32.b":"6fe7d670","step":"3"},)"
+    R"("a":{"data_offsets":[0,8],"dtype":"F32","shape":[2]},)"
+    R"("b":{"data_offsets":[8,16],"dtype":"I64","shape":[]}})";
+  REQUIRE(header.size() == 195);
+  // 8 + 195 rounds up to 208: five spaces pad the header to N = 200 = 0xc8.
+  const std::string expected = bytes_of({0xc8, 0, 0, 0, 0, 0, 0, 0}) + header + "     "
+                               + bytes_of({0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40})
+                               + bytes_of({0x07, 0, 0, 0, 0, 0, 0, 0});
+  CHECK(encode_safetensors(tensors, {{"step", "3"}}) == expected);
+
+  auto contents = decode_safetensors(expected, "golden.safetensors");
+  CHECK(contents.metadata == std::map<std::string, std::string>{{"step", "3"}});
+  CHECK(contents.tensors.at("a") == tensor::from<float>({1, 2}));
+  CHECK(contents.tensors.at("b") == tensor::scalar<std::int64_t>(7));
+}
+
+TEST_CASE("a file written by another tool decodes") {
+  // Python's key order, no checksums, no padding, and "b" stored before "a".
+  const std::string header =
+    R"({"__metadata__": {"format": "numpy"}, )"
+    R"("a": {"dtype": "F64", "shape": [1, 2], "data_offsets": [8, 24]}, )"
+    R"("b": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})";
+  REQUIRE(header.size() % 8 != 0);
+  const std::string buffer = bytes_of({0xfe, 0xff, 0xff, 0xff, 0x05, 0, 0, 0})    // -2, 5
+                             + bytes_of({0, 0, 0, 0, 0, 0, 0xf8, 0x3f})           // 1.5
+                             + bytes_of({0, 0, 0, 0, 0, 0, 0x10, 0xc0});          // -4.0
+  auto contents = decode_safetensors(file_with(header, buffer), "other_tool.safetensors");
+  CHECK(contents.metadata == std::map<std::string, std::string>{{"format", "numpy"}});
+  CHECK(contents.tensors.at("a") == tensor::from<double>({1.5, -4.0}, {1, 2}));
+  CHECK(contents.tensors.at("b") == tensor::from<std::int32_t>({-2, 5}));
+}
+
+// -- encoder errors -----------------------------------------------------------
+
+TEST_CASE("the encoder rejects names and metadata it cannot write") {
+  auto x = tensor::from<float>({1});
+  CHECK(error_of<value_error>([&] { encode_safetensors({{"w", x}, {"v", x}, {"w", x}}, {}); })
+        == "encode_safetensors: tensor name \"w\" appears twice");
+  CHECK(error_of<value_error>([&] { encode_safetensors({{"", x}}, {}); })
+        == "encode_safetensors: a tensor name is empty");
+  CHECK(error_of<value_error>([&] { encode_safetensors({{"__metadata__", x}}, {}); })
+        == "encode_safetensors: \"__metadata__\" names the header's metadata, not a tensor");
+  CHECK(error_of<value_error>([&] { encode_safetensors({}, {{"lockstep.crc32.w", "0"}}); })
+        == "encode_safetensors: metadata key \"lockstep.crc32.w\" starts with "
+           "\"lockstep.crc32.\", which is reserved for checksums");
+  CHECK(contains(error_of<value_error>([&] { encode_safetensors({{"bad\xff", x}}, {}); }),
+                 "must be valid UTF-8"));
+  CHECK_THROWS_AS(encode_safetensors({}, {{"key", "bad\xc3"}}), value_error);
+  // A key that merely contains the prefix is the caller's.
+  CHECK_NOTHROW(encode_safetensors({}, {{"my.lockstep.crc32.w", "0"}}));
+}
+
+// -- corrupt files ------------------------------------------------------------
+
+TEST_CASE("files too short for their header") {
+  CHECK(corruption_of("")
+        == "test.safetensors: the file has 0 bytes, fewer than the 8 of the header length "
+           "(truncated)");
+  CHECK(contains(corruption_of(std::string("\x02\0\0", 3)), "the file has 3 bytes"));
+  CHECK(corruption_of(little_endian_u64(100'000'001) + "{}")
+        == "test.safetensors: the header length 100000001 exceeds the limit of 100000000 bytes");
+  CHECK(contains(corruption_of(little_endian_u64(std::numeric_limits<std::uint64_t>::max())),
+                 "exceeds the limit"));
+  CHECK(corruption_of(little_endian_u64(10) + "{}")
+        == "test.safetensors: the header length 10 exceeds the 2 bytes after it (truncated)");
+}
+
+TEST_CASE("headers that are not a JSON object") {
+  auto not_json = corruption_of(file_with("{\"a\": "));
+  CHECK(contains(not_json, "test.safetensors: the header is not valid JSON: "));
+  CHECK(contains(not_json, "parse error"));
+  CHECK(corruption_of(file_with(std::string("{}\0\0", 4)))
+        == "test.safetensors: the header is not valid JSON: it holds a NUL byte at offset 2");
+  CHECK(contains(corruption_of(file_with(std::string("{\"a\": \"\0\"}", 10))), "NUL byte"));
+  CHECK(contains(corruption_of(file_with("{\"a\": \"\xff\"}")), "not valid JSON"));
+  CHECK(corruption_of(file_with("[1, 2]"))
+        == "test.safetensors: the header is a JSON array, not an object");
+  CHECK(corruption_of(file_with("\"text\""))
+        == "test.safetensors: the header is a JSON string, not an object");
+}
+
+TEST_CASE("malformed tensor entries name the tensor and the problem") {
+  auto entry_error = [](const std::string& entry, const std::string& buffer = "") {
+    return corruption_of(file_with(R"({"w": )" + entry + "}", buffer));
+  };
+  const std::string prefix = "test.safetensors: tensor \"w\": ";
+  CHECK(entry_error("3") == prefix + "the entry is a JSON number, not an object");
+  CHECK(entry_error("[]") == prefix + "the entry is a JSON array, not an object");
+  CHECK(entry_error(R"({"shape": [], "data_offsets": [0, 4]})")
+        == prefix + "the entry has no \"dtype\"");
+  CHECK(entry_error(R"({"dtype": 1, "shape": [], "data_offsets": [0, 4]})")
+        == prefix + "\"dtype\" is a JSON number, not a string");
+  CHECK(entry_error(R"({"dtype": "F32", "data_offsets": [0, 4]})")
+        == prefix + "the entry has no \"shape\"");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": 2, "data_offsets": [0, 8]})")
+        == prefix + "\"shape\" is a JSON number, not an array");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 0]})")
+        == prefix + "shape [2,-1] has a negative dimension");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]})")
+        == prefix + "shape [1.5] has a dimension that is not an integer");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]})")
+        == prefix + "shape [\"2\"] has a dimension that is not an integer");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [1]})")
+        == prefix + "the entry has no \"data_offsets\"");
+  for (std::string offsets : {"4", "[0]", "[0,4,8]", "[-4,0]", "[0,4.0]", "[8,4]", "[\"0\",4]"})
+    CHECK(entry_error(R"({"dtype": "F32", "shape": [1], "data_offsets": )" + offsets + "}")
+          == prefix + "data_offsets " + offsets
+               + " is not [begin, end] with integers 0 <= begin <= end");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]})", "01234567")
+        == prefix + "data_offsets [0,8] span 8 bytes, but F32 [3] needs 12");
+  CHECK(entry_error(R"({"dtype": "I64", "shape": [], "data_offsets": [0, 4]})", "0123")
+        == prefix + "data_offsets [0,4] span 4 bytes, but I64 [] needs 8");
+}
+
+TEST_CASE("unsupported dtypes throw dtype_error naming the dtype") {
+  auto message = error_of<dtype_error>([] {
+    decode_safetensors(file_with(R"({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}})",
+                                 "01"),
+                       "test.safetensors");
+  });
+  CHECK(message == "test.safetensors: tensor \"w\": dtype BF16 is not supported; lockstep reads "
+                   "F32, F64, I32, I64");
+  for (auto name : {"F16", "U8", "BOOL", "f32", ""})
+    CHECK_THROWS_AS(decode_safetensors(file_with(R"({"w": {"dtype": ")" + std::string(name)
+                                                 + R"(", "shape": [], "data_offsets": [0, 4]}})",
+                                                 "0123"),
+                                       "test.safetensors"),
+                    dtype_error);
+}
+
+TEST_CASE("hostile sizes are rejected without overflow") {
+  auto entry_error = [](const std::string& entry) {
+    return corruption_of(file_with(R"({"w": )" + entry + "}"));
+  };
+  const std::string prefix = "test.safetensors: tensor \"w\": ";
+  // 2^32 * 2^32 * 2^32 elements overflows any 64-bit product.
+  CHECK(entry_error(R"({"dtype": "F64", "shape": [4294967296, 4294967296, 4294967296],
+                        "data_offsets": [0, 0]})")
+        == prefix + "shape [4294967296, 4294967296, 4294967296] has too many elements");
+  // 2^61 elements of 8 bytes would be 2^64 bytes.
+  CHECK(entry_error(R"({"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 0]})")
+        == prefix + "shape [2305843009213693952] has too many elements");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 0]})")
+        == prefix + "shape [18446744073709551615] has too many elements");
+  CHECK(contains(entry_error(R"({"dtype": "F32", "shape": [1e30], "data_offsets": [0, 4]})"),
+                 "not an integer"));
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [1],
+                        "data_offsets": [18446744073709551611, 18446744073709551615]})")
+        == prefix + "its data ends at byte 18446744073709551615 of the data buffer, which has "
+                    "only 0 bytes (truncated)");
+  CHECK(entry_error(R"({"dtype": "F32", "shape": [1], "data_offsets": [0, 18446744073709551615]})")
+        == prefix + "data_offsets [0,18446744073709551615] span 18446744073709551615 bytes, but "
+                    "F32 [1] needs 4");
+}
+
+TEST_CASE("data offsets must tile the buffer exactly") {
+  auto layout_error = [](const std::string& entries, const std::string& buffer) {
+    return corruption_of(file_with("{" + entries + "}", buffer));
+  };
+  auto f32 = [](const std::string& name, int begin) {
+    return "\"" + name + R"(": {"dtype": "F32", "shape": [1], "data_offsets": [)"
+           + std::to_string(begin) + ", " + std::to_string(begin + 4) + "]}";
+  };
+  const std::string twelve = "0123456789ab";
+  CHECK(layout_error(f32("a", 0) + ", " + f32("b", 2), "012345")
+        == "test.safetensors: tensor \"b\": its bytes [2, 6) overlap tensor \"a\"'s");
+  CHECK(layout_error(f32("a", 0) + ", " + f32("b", 8), twelve)
+        == "test.safetensors: bytes [4, 8) of the data buffer, before tensor \"b\", belong to "
+           "no tensor (a hole)");
+  CHECK(layout_error(f32("a", 4), "01234567")
+        == "test.safetensors: bytes [0, 4) of the data buffer, before tensor \"a\", belong to "
+           "no tensor (a hole)");
+  CHECK(layout_error(f32("a", 0), "01234567")
+        == "test.safetensors: the data buffer has 4 bytes after the last tensor's data");
+  CHECK(layout_error("", "0")
+        == "test.safetensors: the data buffer has 1 bytes after the last tensor's data");
+  CHECK(layout_error(f32("a", 0) + ", " + f32("b", 4), "0123456")
+        == "test.safetensors: tensor \"b\": its data ends at byte 8 of the data buffer, which "
+           "has only 7 bytes (truncated)");
+  // Two names for one range: the second overlaps the first.
+  CHECK(contains(layout_error(f32("a", 0) + ", " + f32("b", 0), "0123"), "overlap"));
+  // An empty tensor inside another tensor's bytes overlaps it too.
+  CHECK(contains(layout_error(f32("a", 0) + R"(, "e": {"dtype": "F32", "shape": [0],
+                                                      "data_offsets": [2, 2]})",
+                              "0123"),
+                 "tensor \"e\": its bytes [2, 2) overlap tensor \"a\"'s"));
+  // Empty tensors between or after others are fine.
+  CHECK_NOTHROW(decode_safetensors(
+    file_with("{" + f32("a", 0) + R"(, "e": {"dtype": "I64", "shape": [0, 5],
+                                             "data_offsets": [4, 4]}, )"
+              + f32("z", 4) + "}",
+              "01234567"),
+    "test.safetensors"));
+}
+
+TEST_CASE("metadata must be an object of strings") {
+  CHECK(corruption_of(file_with(R"({"__metadata__": [1]})"))
+        == "test.safetensors: \"__metadata__\" is a JSON array, not an object of strings");
+  CHECK(corruption_of(file_with(R"({"__metadata__": {"ok": "1", "step": 3}})"))
+        == "test.safetensors: \"__metadata__\" maps \"step\" to a JSON number, not a string");
+  CHECK(corruption_of(file_with(R"({"__metadata__": {"nested": {}}})"))
+        == "test.safetensors: \"__metadata__\" maps \"nested\" to a JSON object, not a string");
+}
+
+TEST_CASE("checksums catch corrupted data") {
+  auto file = encode_safetensors({{"a", tensor::from<float>({1, 2})},
+                                  {"b", tensor::from<std::int32_t>({3, 4, 5})}},
+                                 {});
+  // b's data is the last 12 bytes; flip one bit of its first element.
+  auto flipped = file;
+  flipped[flipped.size() - 12] ^= 0x01;
+  auto message = corruption_of(flipped);
+  CHECK(contains(message, "test.safetensors: tensor \"b\": the crc32 of its data is "));
+  CHECK(contains(message, ", but the file records \""));
+
+  // A checksum with no tensor: the header of a file without "b" that still
+  // records one.
+  const std::string header =
+    R"({"__metadata__": {"lockstep.crc32.b": "00000000"},)"
+    R"("a": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})";
+  CHECK(corruption_of(file_with(header))
+        == "test.safetensors: \"__metadata__\" holds \"lockstep.crc32.b\", a checksum of a "
+           "tensor the file does not hold");
+  // The crc32 of no bytes is 00000000; any other spelling is a mismatch.
+  CHECK_NOTHROW(decode_safetensors(
+    file_with(R"({"__metadata__": {"lockstep.crc32.a": "00000000"},)"
+              R"("a": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})"),
+    "test.safetensors"));
+  CHECK(contains(corruption_of(file_with(
+                   R"({"__metadata__": {"lockstep.crc32.a": "0"},)"
+                   R"("a": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})")),
+                 "tensor \"a\": the crc32 of its data is 00000000, but the file records \"0\""));
+}
+
+TEST_CASE("every truncation of a valid file is data loss, and so is an extra byte") {
+  auto file = encode_safetensors({{"a", tensor::from<float>({1, 2})},
+                                  {"b", tensor::scalar<std::int64_t>(-1)}},
+                                 {{"step", "3"}});
+  REQUIRE_NOTHROW(decode_safetensors(file, "test.safetensors"));
+  for (std::size_t length = 0; length < file.size(); ++length) {
+    CAPTURE(length);
+    CHECK_THROWS_AS(decode_safetensors(file.substr(0, length), "test.safetensors"),
+                    data_loss_error);
+  }
+  CHECK(contains(corruption_of(file + "x"), "1 bytes after the last tensor's data"));
+}
+
+// -- files --------------------------------------------------------------------
+
+TEST_CASE("read_safetensors reads a file, or throws io_error naming it") {
+  temporary_directory dir;
+  auto path = dir.path() / "model.safetensors";
+  write_file(path, sample_file(1, 10));
+  auto contents = read_safetensors(path, cpu_device(1));
+  CHECK(contents.tensors.at("step") == tensor::scalar<std::int64_t>(10));
+  CHECK(contents.tensors.at("w").device() == cpu_device(1));
+
+  auto missing = dir.path() / "missing.safetensors";
+  CHECK(error_of<io_error>([&] { read_safetensors(missing); })
+        == "open failed on \"" + missing.string() + "\": No such file or directory");
+  CHECK(contains(error_of<io_error>([&] { read_safetensors(dir.path()); }),
+                 "read failed on \"" + dir.path().string() + "\": Is a directory"));
+
+  write_file(path, "not a safetensors file");
+  CHECK(contains(error_of<data_loss_error>([&] { read_safetensors(path); }),
+                 path.string() + ": the header length "));
+}
+
+TEST_CASE("is_atomic_write_temporary recognises the temporaries' names") {
+  CHECK(is_atomic_write_temporary("model.safetensors.tmp.1234.0"));
+  CHECK(is_atomic_write_temporary("/some/dir/ckpt-7.index.tmp.1.99"));
+  CHECK(is_atomic_write_temporary("x.tmp.1.2"));
+  CHECK_FALSE(is_atomic_write_temporary("model.safetensors"));
+  CHECK_FALSE(is_atomic_write_temporary("model.tmp"));
+  CHECK_FALSE(is_atomic_write_temporary(".tmp.1.2"));
+  CHECK_FALSE(is_atomic_write_temporary("x.tmp.1."));
+  CHECK_FALSE(is_atomic_write_temporary("x.tmp..2"));
+  CHECK_FALSE(is_atomic_write_temporary("x.tmp.pid.2"));
+  CHECK_FALSE(is_atomic_write_temporary("x.tmp.1.2x"));
+  CHECK_FALSE(is_atomic_write_temporary("x.tmp.1.2.safetensors"));
+  CHECK_FALSE(is_atomic_write_temporary("x.tmpl.1.2"));
+  CHECK_FALSE(is_atomic_write_temporary("/dir.tmp.1.2/model"));
+}
+
+TEST_CASE("write_file_atomically creates and replaces files") {
+  temporary_directory dir;
+  auto path = dir.path() / "model.safetensors";
+  write_file_atomically(path, sample_file(1, 1));
+  CHECK(read_file(path) == sample_file(1, 1));
+  write_file_atomically(path, sample_file(2, 2));
+  CHECK(read_file(path) == sample_file(2, 2));
+  CHECK(read_safetensors(path).tensors.at("w").at<float>(0) == 2);
+  write_file_atomically(path, "");
+  CHECK(read_file(path).empty());
+  CHECK(temporaries_in(dir.path()).empty());
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
+
+  // A bare file name is relative to the working directory.
+  auto previous = fs::current_path();
+  fs::current_path(dir.path());
+  write_file_atomically("relative", "here");
+  fs::current_path(previous);
+  CHECK(read_file(dir.path() / "relative") == "here");
+}
+
+TEST_CASE("write_file_atomically throws io_error naming the path and cleans up") {
+  temporary_directory dir;
+  auto unreachable = dir.path() / "no such directory" / "model.safetensors";
+  auto message = error_of<io_error>([&] { write_file_atomically(unreachable, "bytes"); });
+  CHECK(contains(message, "open("));
+  CHECK(contains(message, "failed on \"" + unreachable.string() + ".tmp."));
+  CHECK(contains(message, "No such file or directory"));
+
+  // rename fails onto a non-empty directory; the temporary goes away.
+  auto occupied = dir.path() / "occupied";
+  fs::create_directories(occupied / "inside");
+  message = error_of<io_error>([&] { write_file_atomically(occupied, "bytes"); });
+  CHECK(contains(message, "rename("));
+  CHECK(contains(message, "failed on \"" + occupied.string() + "\""));
+  CHECK(temporaries_in(dir.path()).empty());
+
+  // A hook that throws fails the write the same way and leaves the old file.
+  hook_guard guard;
+  auto path = dir.path() / "model.safetensors";
+  write_file_atomically(path, "old");
+  for (auto failing : {atomic_write_stage::partial_write, atomic_write_stage::before_rename}) {
+    set_atomic_write_hook([failing](atomic_write_stage stage) {
+      if (stage == failing)
+        throw io_error("injected");
+    });
+    CHECK(error_of<io_error>([&] { write_file_atomically(path, "new bytes"); }) == "injected");
+    CHECK(read_file(path) == "old");
+    CHECK(temporaries_in(dir.path()).empty());
+  }
+}
+
+TEST_CASE("a writer killed at any stage leaves the old file whole") {
+  temporary_directory dir;
+  auto path = dir.path() / "model.safetensors";
+  const auto old_bytes = sample_file(1, 100);
+  const auto new_bytes = sample_file(2, 200);
+  write_file_atomically(path, old_bytes);
+
+  for (auto stage : {atomic_write_stage::partial_write, atomic_write_stage::before_rename}) {
+    CAPTURE(static_cast<int>(stage));
+    auto [pid, status] = write_in_child_killed_at(stage, path, new_bytes);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+
+    CHECK(read_file(path) == old_bytes);
+    CHECK(read_safetensors(path).tensors.at("step") == tensor::scalar<std::int64_t>(100));
+
+    // The dead writer's temporary is left behind, recognisably, holding what
+    // it had written by then.
+    auto leftovers = temporaries_in(dir.path());
+    REQUIRE(leftovers.size() == 1);
+    CHECK(leftovers[0].filename().string().starts_with("model.safetensors.tmp."
+                                                        + std::to_string(pid) + "."));
+    auto written = read_file(leftovers[0]);
+    if (stage == atomic_write_stage::partial_write)
+      CHECK(written == new_bytes.substr(0, new_bytes.size() / 2));
+    else
+      CHECK(written == new_bytes);
+    fs::remove(leftovers[0]);
+  }
+
+  // Without a hook, the next write goes through.
+  write_file_atomically(path, new_bytes);
+  CHECK(read_safetensors(path).tensors.at("step") == tensor::scalar<std::int64_t>(200));
+}
