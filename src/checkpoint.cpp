@@ -102,11 +102,12 @@ checkpoint_info restore(const std::filesystem::path& path, const std::vector<var
                         + shape_to_string(t.shape()));
     values.push_back(&t);
   }
+  auto info = info_of(std::move(contents.metadata), source); // checks the step too
   // A cross-replica assign writes every copy, with TF's rule for SUM
   // sync-on-read variables.
   for (std::size_t i = 0; i < variables.size(); ++i)
     variables[i].container().assign(*values[i]);
-  return info_of(std::move(contents.metadata), source);
+  return info;
 }
 
 checkpoint_info read_checkpoint_info(const std::filesystem::path& path) {
