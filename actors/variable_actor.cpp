@@ -76,9 +76,17 @@ void variable_actor::begin_write(lock_type& lock, bool reads_value) {
   lock.unlock();
   // Nobody else touches value_ while writing_ is set, and a buffer held by
   // value_ alone cannot gain a reader now, so the count is stable here.
-  if (value_.buffer_use_count() > 1)
+  if (value_.buffer_use_count() > 1) {
     value_ = reads_value ? value_.copy()
                          : tensor::zeros(value_.dtype(), value_.shape(), value_.device());
+  } else {
+    // use_count() is a relaxed load: seeing 1 does not order the last reads
+    // through a snapshot dropped on another thread before this write.
+    // Dropping a copy of the handle does: its decrement is an acquire-release
+    // read-modify-write of the count, so it synchronises with the release
+    // decrements that dropped the snapshots.
+    const tensor probe = value_;
+  }
 }
 
 void variable_actor::end_write(lock_type& lock) {
