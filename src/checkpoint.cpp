@@ -140,8 +140,11 @@ checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t st
     return std::nullopt;
   const auto path = directory_ / ("ckpt-" + std::to_string(step) + ".safetensors");
   lockstep::save(path, variables, step);
+  // Delete the oldest others: a step saved after larger ones (a rerun
+  // from an earlier checkpoint) is kept, as TF keeps the latest save.
   auto existing = checkpoints();
-  while (existing.size() > max_to_keep_) {
+  std::erase(existing, path);
+  while (existing.size() + 1 > max_to_keep_) {
     std::error_code ec;
     std::filesystem::remove(existing.front(), ec);
     if (ec)

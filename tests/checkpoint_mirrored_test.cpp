@@ -25,11 +25,6 @@
 
 #include "safetensors.hpp"
 
-// GCC 12 warns about every designated initializer that leaves a member to
-// its default (`{.name = "w"}`), which is how variable_options is meant to
-// be written.
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-
 using namespace lockstep;
 namespace fs = std::filesystem;
 

@@ -46,11 +46,6 @@
 #include "lockstep/tensor.hpp"
 #include "lockstep/variable.hpp"
 
-// GCC 12 warns about every designated initializer that leaves a member to
-// its default (`{.name = "w"}`), which is how variable_options is meant to
-// be written.
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-
 using namespace lockstep;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -856,6 +851,14 @@ TEST_CASE("checkpoint_manager keeps the newest max_to_keep checkpoints") {
   one.save({w}, 9);
   one.save({w}, 10);
   CHECK(file_names(one.checkpoints()) == std::vector<std::string>{"ckpt-10.safetensors"});
+
+  // A rerun from an earlier step keeps what it just saved, as TF keeps its
+  // latest save; the larger, older step goes.
+  const auto rerun = one.save({w}, 5);
+  REQUIRE(rerun.has_value());
+  CHECK(fs::exists(*rerun));
+  CHECK(file_names(one.checkpoints()) == std::vector<std::string>{"ckpt-5.safetensors"});
+  CHECK(one.latest() == rerun);
 }
 
 TEST_CASE("checkpoint_manager saving the same step twice replaces the checkpoint") {

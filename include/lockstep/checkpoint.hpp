@@ -58,15 +58,16 @@ public:
                      lockstep::strategy strategy = get_strategy());
 
   /// Saves a checkpoint for `step` (replacing one of the same step) and
-  /// deletes the oldest beyond max_to_keep; the path written, or nullopt
-  /// when this worker does not checkpoint. value_error for a negative step.
+  /// deletes the others with the smallest steps beyond max_to_keep (the one
+  /// just written is always kept); the path written, or nullopt when this
+  /// worker does not checkpoint. value_error for a negative step.
   std::optional<std::filesystem::path> save(const std::vector<variable>& variables,
                                             std::int64_t step);
 
   /// The checkpoints in the directory, oldest (smallest step) first.
   std::vector<std::filesystem::path> checkpoints() const;
 
-  /// The newest checkpoint, if any.
+  /// The checkpoint with the largest step, if any.
   std::optional<std::filesystem::path> latest() const;
 
   /// Restores the newest checkpoint; nullopt (variables untouched) if there
