@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <regex>
 #include <set>
+#include <string_view>
 #include <system_error>
 
 namespace lockstep {
@@ -52,9 +52,20 @@ checkpoint_info info_of(std::map<std::string, std::string> metadata, const std::
   return info;
 }
 
-const std::regex& checkpoint_name() {
-  static const std::regex pattern{"ckpt-([0-9]+)\\.safetensors"};
-  return pattern;
+/// The step of a file named "ckpt-<digits>.safetensors", else nullopt.
+std::optional<std::int64_t> checkpoint_step(const std::string& name) {
+  constexpr std::string_view prefix = "ckpt-";
+  constexpr std::string_view suffix = ".safetensors";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix)
+      || !name.ends_with(suffix))
+    return std::nullopt;
+  const auto* first = name.data() + prefix.size();
+  const auto* last = name.data() + name.size() - suffix.size();
+  std::int64_t step = 0;
+  const auto [end, error] = std::from_chars(first, last, step);
+  if (error != std::errc{} || end != last || *first == '-' || *first == '+')
+    return std::nullopt;
+  return step;
 }
 
 } // namespace
@@ -158,17 +169,9 @@ checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t st
 std::vector<std::filesystem::path> checkpoint_manager::checkpoints() const {
   std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator{directory_, ec}) {
-    const auto name = entry.path().filename().string();
-    std::smatch match;
-    if (!std::regex_match(name, match, checkpoint_name()))
-      continue;
-    std::int64_t step = 0;
-    const auto digits = match[1].str();
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    if (error == std::errc{} && end == digits.data() + digits.size())
-      found.emplace_back(step, entry.path());
-  }
+  for (const auto& entry : std::filesystem::directory_iterator{directory_, ec})
+    if (auto step = checkpoint_step(entry.path().filename().string()))
+      found.emplace_back(*step, entry.path());
   if (ec)
     throw io_error("checkpoint_manager: cannot list " + directory_.string() + ": " + ec.message());
   std::sort(found.begin(), found.end());
