@@ -273,6 +273,7 @@ lockstep::strategy variable::strategy() const {
 
 tensor variable::value() const {
   auto& s = *state_;
+  s.await_posted(); // a posted write that failed on any copy fails this read
   s.check_failures();
   if (auto copy = detail::local_copy(*this))
     return read_copy(s, *copy);
@@ -367,6 +368,15 @@ std::uint64_t variable_state::post(std::shared_ptr<const actors::variable_write>
   for (const auto& copy : copies)
     copy->post(seq, write);
   return seq;
+}
+
+void variable_state::await_posted() {
+  if (current_update_context() != nullptr)
+    return;
+  const auto seq = issued.load();
+  const auto until = deadline();
+  for (const auto& copy : copies)
+    copy->wait_applied(seq, until);
 }
 
 void variable_state::check_failures() {

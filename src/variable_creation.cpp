@@ -158,9 +158,12 @@ variable create_variable(std::optional<tensor> given, variable_options options) 
   auto initial = initial_value(std::move(given), options, name);
   if (distributed)
     return make_distributed(strategy, name, initial, options);
-  // The default strategy keeps the caller's device; one_device_strategy its own.
-  const auto device = strategy.devices.empty() ? current_device().canonical()
-                                               : strategy.devices[0];
+  // The default strategy keeps the caller's device, or the device of
+  // colocate_vars_with's variable (TF's colocate_with); one_device_strategy
+  // its own.
+  const auto device = !strategy.devices.empty() ? strategy.devices[0]
+                      : colocations.empty()     ? current_device().canonical()
+                                                : colocations.back().front();
   return make_variable(strategy, variable_kind::plain, name, initial, options, {device});
 }
 

@@ -49,6 +49,12 @@ struct variable_state : std::enable_shared_from_this<variable_state> {
   /// Takes the next write number and posts `write` to every copy.
   std::uint64_t post(std::shared_ptr<const actors::variable_write> write);
 
+  /// Waits until every copy applied the writes posted so far, so that a
+  /// read's check_failures sees them all. Does nothing inside an update: the
+  /// update's copy is all it reads, and waiting for another device's
+  /// executor there could deadlock (it may run an update waiting for this one).
+  void await_posted();
+
   /// A synchronisation point: rethrows a failed posted write once, with its
   /// type; afterwards, while the copies may differ, every check throws
   /// value_error naming the write and the copy.

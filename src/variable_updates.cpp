@@ -126,9 +126,10 @@ void run_non_slot(strategy_state& state, const std::vector<device_spec>& devices
   std::vector<std::size_t> indices;
   for (const auto& d : devices)
     indices.push_back(device_index(state, d));
-  if (state.devices.size() <= 1) { // one device: run here
+  if (state.devices.size() <= 1) { // one device: run here, placed on it
     for (std::size_t i = 0; i < indices.size(); ++i) {
       update_context_guard context{state, indices[i]};
+      device_scope placement{state.devices.empty() ? devices[i] : state.devices[indices[i]]};
       fn->call(i, nullptr, nullptr);
     }
     return;

@@ -339,8 +339,9 @@ public:
   /// Every copy applies the update in the same position of the variable's
   /// order of writes. When `fn` returns nothing the update is posted: it
   /// returns once queued, every later read or write of `var` comes after it,
-  /// and an exception from `fn` is rethrown by the next read or write of
-  /// `var` (or by `synchronize()`). Otherwise it waits and returns the
+  /// and an exception from `fn` is rethrown by the next read of `var` (which
+  /// waits for every copy), by a write that finds it already applied, or by
+  /// `synchronize()`. Otherwise it waits and returns the
   /// results as `mirrored<R>`, or as one `R` per copy with `ungrouped`.
   template <class F, class... Args>
   auto update(const variable& var, F&& fn, const Args&... args) const {
