@@ -77,7 +77,7 @@ void save(const std::filesystem::path& path, const std::vector<variable>& variab
   std::size_t replicas = 1;
   std::string strategy_name = get_strategy().to_string();
   for (const auto& v : variables) {
-    detail::require_cross_replica_or_default_context(*v.state().strategy);
+    v.state().require_cross_replica_context();
     tensors.push_back({v.name(), saved_value(v)});
     replicas = std::max(replicas, v.container().values().size());
     strategy_name = v.strategy().to_string();
@@ -98,7 +98,7 @@ checkpoint_info restore(const std::filesystem::path& path, const std::vector<var
   // Check everything first: a failed restore leaves every variable as it was.
   std::vector<const tensor*> values;
   for (const auto& v : variables) {
-    detail::require_cross_replica_or_default_context(*v.state().strategy);
+    v.state().require_cross_replica_context();
     const auto found = contents.tensors.find(v.name());
     if (found == contents.tensors.end())
       throw value_error(source + ": no tensor for variable '" + v.name() + "'");

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
 
 namespace lockstep {
 
@@ -194,10 +193,21 @@ variable_aggregation parse_variable_aggregation(std::string_view text) {
 std::string canonical_variable_name(std::string_view name) {
   if (name.empty())
     return "Variable";
-  static const std::regex uniquified_scope{"_[0-9]+/"};
-  static const std::regex uniquified_suffix{"_[0-9]+$"};
-  auto out = std::regex_replace(std::string{name}, uniquified_scope, "/");
-  return std::regex_replace(out, uniquified_suffix, "");
+  // Drops every "_<digits>" that ends a path component.
+  std::string out;
+  for (std::size_t i = 0; i < name.size();) {
+    if (name[i] == '_') {
+      auto j = i + 1;
+      while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j])))
+        ++j;
+      if (j > i + 1 && (j == name.size() || name[j] == '/')) {
+        i = j;
+        continue;
+      }
+    }
+    out += name[i++];
+  }
+  return out;
 }
 
 // -- variable -----------------------------------------------------------------
@@ -320,7 +330,7 @@ void write(const variable& var, write_op op, const tensor& x) {
     return;
   }
   // Cross-replica (or default) context: every copy.
-  detail::require_cross_replica_or_default_context(*s.strategy);
+  s.require_cross_replica_context();
   auto value = x;
   if (s.kind == variable_kind::sync_on_read && s.aggregation == variable_aggregation::sum) {
     if (op != write_op::assign)
@@ -368,6 +378,13 @@ std::uint64_t variable_state::post(std::shared_ptr<const actors::variable_write>
   for (const auto& copy : copies)
     copy->post(seq, write);
   return seq;
+}
+
+void variable_state::require_cross_replica_context() const {
+  // A variable of the default strategy is a plain tf.Variable: usable in
+  // any strategy's scope.
+  if (strategy.get() != &default_strategy_state())
+    require_cross_replica_or_default_context(*strategy);
 }
 
 void variable_state::await_posted() {

@@ -116,17 +116,24 @@ void creation_rendezvous::publish(const variable& var) {
 }
 
 void creation_rendezvous::set_first_replica_paused(bool paused) {
+  bool waiters;
   {
     std::lock_guard<std::mutex> lock{mutex_};
     paused_ = paused;
+    waiters = waiting_ > 0;
   }
-  changed_.notify_all();
+  if (waiters) // on every merge_call: skip the notify when nobody waits
+    changed_.notify_all();
 }
 
 variable creation_rendezvous::await(std::size_t index, const std::string& name,
                                     const std::string& device, time_point deadline) {
   std::unique_lock<std::mutex> lock{mutex_};
-  if (!changed_.wait_until(lock, deadline, [&] { return created_.size() > index || paused_; }))
+  ++waiting_;
+  const bool ready
+    = changed_.wait_until(lock, deadline, [&] { return created_.size() > index || paused_; });
+  --waiting_;
+  if (!ready)
     throw timeout_error("variable '" + name + "' on " + device
                         + ": replica 0 created no variable at creation index "
                         + std::to_string(index) + " in time");

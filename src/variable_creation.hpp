@@ -40,6 +40,7 @@ private:
   std::condition_variable changed_;
   std::vector<variable> created_;
   bool paused_ = false;
+  std::size_t waiting_ = 0;
 };
 
 /// What the replica function on this thread has created so far.

@@ -46,6 +46,11 @@ struct variable_state : std::enable_shared_from_this<variable_state> {
 
   time_point deadline() const { return std::chrono::steady_clock::now() + strategy->timeout; }
 
+  /// Throws unless this thread may write every copy: the strategy's
+  /// cross-replica or the default context (any context for variables of
+  /// the default strategy).
+  void require_cross_replica_context() const;
+
   /// Takes the next write number and posts `write` to every copy.
   std::uint64_t post(std::shared_ptr<const actors::variable_write> write);
 

@@ -20,11 +20,6 @@
 #include <string>
 #include <vector>
 
-// GCC 12 warns about every designated initializer that leaves a member to
-// its default (`{.name = "w"}`), which is how variable_options is meant to
-// be written.
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-
 using namespace lockstep;
 using namespace std::chrono_literals;
 
@@ -1125,4 +1120,21 @@ TEST_CASE("reads are snapshots that later writes do not change") {
   CHECK(seen[0] == std::vector<double>{1.0, 2.0});
   CHECK(seen[1] == std::vector<double>{1.0, 3.0});
   CHECK(scalar_of(r.value()) == 5.0);
+}
+
+TEST_CASE("a variable of the default strategy is usable inside another strategy's scope") {
+  variable counter{tensor::scalar(1.0f), {.name = "counter"}};
+  mirrored_strategy s{cpu_devices(2)};
+  auto scope = s.scope();
+  counter.assign_add(tensor::scalar(2.0f));
+  CHECK(counter.value() == tensor::scalar(3.0f));
+  CHECK_FALSE(s.extended().variable_created_in_scope(counter));
+  // A variable of the mirrored strategy still refuses another strategy's scope.
+  variable mirrored_one{tensor::scalar(1.0f), {.name = "m"}};
+  mirrored_strategy other{cpu_devices(2)};
+  const auto message = error_of<context_error>([&] {
+    auto other_scope = other.scope();
+    mirrored_one.assign(tensor::scalar(5.0f));
+  });
+  CHECK(message.find("Mixing different") != std::string::npos);
 }
