@@ -11,15 +11,15 @@
 
 #include <doctest/doctest.h>
 
+#include "file_support.hpp"
 #include "test_support.hpp"
-
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -30,34 +30,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// The prefix of this test's temporary directories.
+constexpr std::string_view directory_prefix = "lockstep_checkpoint_mirrored_test";
+
 const std::vector<int> world_sizes{2, 3};
-
-// A fresh directory under the system's temporary directory, removed with
-// everything in it when the test ends.
-class temporary_directory {
-public:
-  temporary_directory() {
-    static int count = 0;
-    path_ = fs::temp_directory_path()
-            / ("lockstep_checkpoint_mirrored_test." + std::to_string(::getpid()) + "."
-               + std::to_string(count++));
-    fs::remove_all(path_);
-    fs::create_directory(path_);
-  }
-
-  ~temporary_directory() {
-    std::error_code ignored; // a destructor must not throw
-    fs::remove_all(path_, ignored);
-  }
-
-  temporary_directory(const temporary_directory&) = delete;
-  temporary_directory& operator=(const temporary_directory&) = delete;
-
-  const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
-};
 
 variable_options on_read(std::string name, variable_aggregation aggregation) {
   return {.name = std::move(name),
@@ -96,7 +72,7 @@ tensor replica_value(std::size_t r) {
 TEST_CASE("a mirrored variable saves its primary and restores to every copy") {
   for (int n : world_sizes) {
     CAPTURE(n);
-    temporary_directory dir;
+    temporary_directory dir{directory_prefix};
     const auto path = dir.path() / "model.safetensors";
     mirrored_strategy s{cpu_devices(n)};
     auto scope = s.scope();
@@ -130,7 +106,7 @@ TEST_CASE("a mirrored variable saves its primary and restores to every copy") {
 TEST_CASE("a SUM sync-on-read variable saves the sum and restores it divided among the copies") {
   for (int n : world_sizes) {
     CAPTURE(n);
-    temporary_directory dir;
+    temporary_directory dir{directory_prefix};
     const auto path = dir.path() / "model.safetensors";
     mirrored_strategy s{cpu_devices(n)};
     auto scope = s.scope();
@@ -157,7 +133,7 @@ TEST_CASE("a SUM sync-on-read variable saves the sum and restores it divided amo
 TEST_CASE("MEAN, ONLY_FIRST_REPLICA and NONE sync-on-read variables restore the value to each copy") {
   for (int n : world_sizes) {
     CAPTURE(n);
-    temporary_directory dir;
+    temporary_directory dir{directory_prefix};
     const auto path = dir.path() / "model.safetensors";
     mirrored_strategy s{cpu_devices(n)};
     auto scope = s.scope();
@@ -196,7 +172,7 @@ TEST_CASE_TEMPLATE("an integer SUM sync-on-read variable restores the sum divide
                    T, std::int32_t, std::int64_t) {
   for (int n : world_sizes) {
     CAPTURE(n);
-    temporary_directory dir;
+    temporary_directory dir{directory_prefix};
     const auto path = dir.path() / "model.safetensors";
     mirrored_strategy s{cpu_devices(n)};
     auto scope = s.scope();
@@ -230,7 +206,7 @@ TEST_CASE_TEMPLATE("an integer SUM sync-on-read variable restores the sum divide
 }
 
 TEST_CASE("a checkpoint of two replicas restores into three") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   std::string two_replicas;
   {
@@ -265,7 +241,7 @@ TEST_CASE("a checkpoint of two replicas restores into three") {
 TEST_CASE("restore applies after the updates posted before it, and before those after it") {
   for (int n : world_sizes) {
     CAPTURE(n);
-    temporary_directory dir;
+    temporary_directory dir{directory_prefix};
     const auto path = dir.path() / "model.safetensors";
     mirrored_strategy s{cpu_devices(n)};
     auto scope = s.scope();
@@ -294,7 +270,7 @@ TEST_CASE("restore applies after the updates posted before it, and before those 
 }
 
 TEST_CASE("checkpoint_manager in a mirrored scope saves and restores distributed variables") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   mirrored_strategy s{cpu_devices(3)};
   auto scope = s.scope();
   checkpoint_manager manager{dir.path(), 2}; // the scope's strategy, which checkpoints
@@ -317,7 +293,7 @@ TEST_CASE("checkpoint_manager in a mirrored scope saves and restores distributed
 TEST_CASE("save and restore in a replica function are context errors") {
   for (int n : world_sizes) {
     CAPTURE(n);
-    temporary_directory dir;
+    temporary_directory dir{directory_prefix};
     const auto path = dir.path() / "model.safetensors";
     mirrored_strategy s{cpu_devices(n)};
     auto scope = s.scope();

@@ -12,26 +12,21 @@
 
 #include <doctest/doctest.h>
 
+#include "file_support.hpp"
 #include "test_support.hpp"
 
 #include <signal.h>
-#include <sys/types.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <type_traits>
 #include <typeinfo>
 #include <vector>
@@ -52,50 +47,10 @@ using json = nlohmann::json;
 
 namespace {
 
-// -- temporary files ----------------------------------------------------------
+/// The prefix of this test's temporary directories.
+constexpr std::string_view directory_prefix = "lockstep_checkpoint_test";
 
-// A fresh directory under the system's temporary directory, removed with
-// everything in it when the test ends.
-class temporary_directory {
-public:
-  temporary_directory() {
-    static int count = 0;
-    path_ = fs::temp_directory_path()
-            / ("lockstep_checkpoint_test." + std::to_string(::getpid()) + "."
-               + std::to_string(count++));
-    fs::remove_all(path_);
-    fs::create_directory(path_);
-  }
-
-  ~temporary_directory() {
-    std::error_code ignored; // a destructor must not throw
-    fs::remove_all(path_, ignored);
-  }
-
-  temporary_directory(const temporary_directory&) = delete;
-  temporary_directory& operator=(const temporary_directory&) = delete;
-
-  const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  REQUIRE(out);
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+// -- errors -------------------------------------------------------------------
 
 // The message of the exception `f` throws, which must be exactly an E (not
 // a subclass: a missing variable is a value_error, not a shape_error).
@@ -112,11 +67,6 @@ std::string exact_error_of(F&& f) {
 }
 
 // -- values -------------------------------------------------------------------
-
-// A tensor's buffer as bytes, to compare floats bit for bit (NaN included).
-std::string raw_bytes(const tensor& t) {
-  return {static_cast<const char*>(t.raw_data()), t.byte_size()};
-}
 
 // Same dtype, shape and bits.
 bool identical(const tensor& a, const tensor& b) {
@@ -136,22 +86,6 @@ std::string little_endian_bytes(const std::vector<T>& values) {
       out.push_back(static_cast<char>((word >> (8 * i)) & 0xff));
   }
   return out;
-}
-
-// Values that a lossy or endian-confused codec would get wrong.
-template <class T>
-std::vector<T> special_values() {
-  using limits = std::numeric_limits<T>;
-  if constexpr (std::is_floating_point_v<T>) {
-    using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-    const auto nan_with_payload = std::bit_cast<T>(std::bit_cast<bits>(limits::quiet_NaN()) | 1);
-    return {T(0),           T(-0.0),          T(1.5),           T(-1) / T(3),
-            -limits::infinity(), limits::infinity(), limits::quiet_NaN(),
-            -limits::quiet_NaN(), nan_with_payload, limits::denorm_min(),
-            limits::max(),  limits::lowest(), limits::epsilon()};
-  } else {
-    return {T(0), T(1), T(-1), T(0x01020304), limits::min(), limits::max(), T(-123456)};
-  }
 }
 
 // `count` values cycling through special_values<T>() from `start`.
@@ -201,19 +135,12 @@ parsed_file parse_by_hand(const std::string& bytes) {
   return file;
 }
 
-std::string little_endian_u64(std::uint64_t value) {
-  std::string out;
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-  return out;
-}
-
 // -- the file that the failure tests corrupt ------------------------------------
 
 // A checkpoint of a (f32 [3]), b (f64 [2, 2]) and c (i64 scalar) at step 7,
 // and variables of the same names, dtypes and shapes holding other values.
 struct sample_checkpoint {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   fs::path path = dir.path() / "sample.safetensors";
   std::string bytes;
   variable a{tensor::from<float>({-1, -2, -3}), {.name = "a"}};
@@ -231,56 +158,7 @@ struct sample_checkpoint {
   std::vector<variable> all() const { return {a, b, c}; }
 };
 
-// -- crash safety ---------------------------------------------------------------
-
-// Removes the write seam when a test ends, however it ends.
-struct hook_guard {
-  ~hook_guard() { detail::set_atomic_write_hook(nullptr); }
-};
-
-// The status (as waitpid reports it) of a child process that ran
-// save(path, variables, step) with the write seam raising SIGKILL at `stage`.
-int save_in_child_killed_at(detail::atomic_write_stage stage, const fs::path& path,
-                            const std::vector<variable>& variables, std::int64_t step) {
-  pid_t child = ::fork();
-  REQUIRE(child != -1);
-  if (child == 0) {
-    // The child never returns into doctest: it dies by the hook or exits.
-    detail::set_atomic_write_hook([stage](detail::atomic_write_stage reached) {
-      if (reached == stage)
-        ::kill(::getpid(), SIGKILL);
-    });
-    try {
-      save(path, variables, step);
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(3); // the hook never fired
-  }
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::seconds(30);
-  int status = 0;
-  for (;;) {
-    pid_t done = ::waitpid(child, &status, WNOHANG);
-    if (done == child)
-      return status;
-    REQUIRE((done == 0 || errno == EINTR));
-    if (clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      ::waitpid(child, &status, 0);
-      FAIL("the saving child did not end within 30 s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
-std::vector<fs::path> temporaries_in(const fs::path& directory) {
-  std::vector<fs::path> found;
-  for (const auto& entry : fs::directory_iterator(directory))
-    if (detail::is_atomic_write_temporary(entry.path()))
-      found.push_back(entry.path());
-  return found;
-}
+// -- checkpoint_manager -------------------------------------------------------
 
 std::vector<std::string> file_names(const std::vector<fs::path>& paths) {
   std::vector<std::string> names;
@@ -295,7 +173,7 @@ std::vector<std::string> file_names(const std::vector<fs::path>& paths) {
 
 TEST_CASE_TEMPLATE("save and restore round-trip every value bit for bit", T, float, double,
                    std::int32_t, std::int64_t) {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   const auto n = special_values<T>().size();
   // The originals: a scalar, empty tensors, a vector of every special value
@@ -342,7 +220,7 @@ TEST_CASE_TEMPLATE("save and restore round-trip every value bit for bit", T, flo
 }
 
 TEST_CASE("restore reads the variables it is given and ignores the others in the file") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   variable w{tensor::from<float>({1, 2}), {.name = "w"}};
   variable bias{tensor::scalar<std::int32_t>(-3), {.name = "bias"}};
@@ -359,7 +237,7 @@ TEST_CASE("restore reads the variables it is given and ignores the others in the
 }
 
 TEST_CASE("the step comes back exactly, extremes included") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   variable w{tensor::scalar<float>(1), {.name = "w"}};
   for (std::int64_t step : {std::int64_t{0}, std::int64_t{9}, std::int64_t{10},
@@ -376,7 +254,7 @@ TEST_CASE("the step comes back exactly, extremes included") {
 }
 
 TEST_CASE("a safetensors file without metadata restores, with no step") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "foreign.safetensors";
   write_file(path, detail::encode_safetensors({{"w", tensor::from<double>({0.25, -0.5})}}, {}));
   variable w{tensor::from<double>({0, 0}), {.name = "w"}};
@@ -388,7 +266,7 @@ TEST_CASE("a safetensors file without metadata restores, with no step") {
 }
 
 TEST_CASE("one_device_strategy variables round-trip and the metadata names the strategy") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   one_device_strategy s{"/cpu:0"};
   auto scope = s.scope();
@@ -409,7 +287,7 @@ TEST_CASE("one_device_strategy variables round-trip and the metadata names the s
 }
 
 TEST_CASE("save and restore inside a replica function are context errors") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   one_device_strategy s{"/cpu:0"};
   auto scope = s.scope();
@@ -428,7 +306,7 @@ TEST_CASE("save and restore inside a replica function are context errors") {
 // -- the file format -------------------------------------------------------------
 
 TEST_CASE("a checkpoint is a standard safetensors file") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   const std::vector<float> f32_values{1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
                                       -std::numeric_limits<float>::infinity(), 3, 4};
@@ -514,7 +392,7 @@ TEST_CASE("a checkpoint is a standard safetensors file") {
 // -- duplicate names ----------------------------------------------------------------
 
 TEST_CASE("two variables with the same name are a value_error naming it") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
   variable first{tensor::scalar<float>(1), {.name = "dense/bias"}};
   variable other{tensor::scalar<float>(2), {.name = "other"}};
@@ -731,7 +609,7 @@ TEST_CASE("restore of a file that does not exist is an io_error; nothing changes
 }
 
 TEST_CASE("save into a directory that does not exist is an io_error") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   variable w{tensor::scalar<float>(1), {.name = "w"}};
   const auto path = dir.path() / "no" / "such" / "model.safetensors";
   CHECK(contains(exact_error_of<io_error>([&] { save(path, {w}, 1); }), "no"));
@@ -741,7 +619,7 @@ TEST_CASE("save into a directory that does not exist is an io_error") {
 // -- crash safety -------------------------------------------------------------------
 
 TEST_CASE("a save killed at any stage leaves the previous checkpoint; the manager cleans up") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   hook_guard guard;
   const auto path = dir.path() / "ckpt-1.safetensors";
   variable w{tensor::from<float>({1, 1, 1}), {.name = "w"}};
@@ -755,7 +633,7 @@ TEST_CASE("a save killed at any stage leaves the previous checkpoint; the manage
   for (auto stage : {detail::atomic_write_stage::partial_write,
                      detail::atomic_write_stage::before_rename}) {
     CAPTURE(static_cast<int>(stage));
-    const auto status = save_in_child_killed_at(stage, path, {w2, v2}, 2);
+    const auto status = run_in_child_killed_at(stage, [&] { save(path, {w2, v2}, 2); }).status;
     REQUIRE(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGKILL);
     ++killed;
@@ -781,7 +659,7 @@ TEST_CASE("a save killed at any stage leaves the previous checkpoint; the manage
 }
 
 TEST_CASE("a save whose write fails leaves the previous checkpoint and no temporary") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   hook_guard guard;
   const auto path = dir.path() / "model.safetensors";
   variable w{tensor::from<float>({1, 1}), {.name = "w"}};
@@ -804,7 +682,7 @@ TEST_CASE("a save whose write fails leaves the previous checkpoint and no tempor
 // -- checkpoint_manager ---------------------------------------------------------------
 
 TEST_CASE("checkpoint_manager names files by step and orders them numerically") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto ckpt = dir.path() / "ckpts"; // created by the manager
   checkpoint_manager manager{ckpt, 10};
   CHECK(manager.directory() == ckpt);
@@ -834,7 +712,7 @@ TEST_CASE("checkpoint_manager names files by step and orders them numerically") 
 }
 
 TEST_CASE("checkpoint_manager keeps the newest max_to_keep checkpoints") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   checkpoint_manager manager{dir.path(), 2};
   variable w{tensor::scalar<std::int32_t>(0), {.name = "w"}};
   for (std::int64_t step = 1; step <= 5; ++step) {
@@ -862,7 +740,7 @@ TEST_CASE("checkpoint_manager keeps the newest max_to_keep checkpoints") {
 }
 
 TEST_CASE("checkpoint_manager saving the same step twice replaces the checkpoint") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   checkpoint_manager manager{dir.path(), 3};
   variable w{tensor::from<float>({1, 2}), {.name = "w"}};
   manager.save({w}, 5);
@@ -879,7 +757,7 @@ TEST_CASE("checkpoint_manager saving the same step twice replaces the checkpoint
 }
 
 TEST_CASE("checkpoint_manager restore_latest restores the newest checkpoint") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   checkpoint_manager manager{dir.path(), 5};
   variable w{tensor::from<double>({0, 0}), {.name = "w"}};
   variable b{tensor::scalar<std::int64_t>(0), {.name = "b"}};
@@ -900,7 +778,7 @@ TEST_CASE("checkpoint_manager restore_latest restores the newest checkpoint") {
 }
 
 TEST_CASE("checkpoint_manager restore_latest on an empty directory changes nothing") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   checkpoint_manager manager{dir.path(), 1};
   variable w{tensor::from<float>({7, 8}), {.name = "w"}};
   CHECK_FALSE(manager.restore_latest({w}).has_value());
@@ -912,7 +790,7 @@ TEST_CASE("checkpoint_manager restore_latest on an empty directory changes nothi
 }
 
 TEST_CASE("checkpoint_manager rejects max_to_keep 0 and negative steps") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const auto message = exact_error_of<value_error>([&] { checkpoint_manager(dir.path(), 0); });
   CHECK(contains(message, "max_to_keep"));
 
@@ -927,7 +805,7 @@ TEST_CASE("checkpoint_manager rejects max_to_keep 0 and negative steps") {
 }
 
 TEST_CASE("checkpoint_manager saves optimizer slots with the model") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   one_device_strategy s{"/cpu:0"};
   auto scope = s.scope();
   checkpoint_manager manager{dir.path(), 2, s};
@@ -956,7 +834,7 @@ TEST_CASE("checkpoint_manager saves optimizer slots with the model") {
 }
 
 TEST_CASE("checkpoint_manager leaves files that are not its checkpoints alone") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   const std::vector<std::string> others{
     "notes.txt",           "ckpt-abc.safetensors", "ckpt-5.safetensors.bak",
     "ckpt-7.json",         "model-3.safetensors",  "ckpt--1.safetensors",

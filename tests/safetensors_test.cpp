@@ -8,27 +8,20 @@
 
 #include <doctest/doctest.h>
 
+#include "file_support.hpp"
 #include "test_support.hpp"
 
 #include <signal.h>
-#include <sys/types.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <bit>
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <string>
-#include <thread>
-#include <type_traits>
+#include <string_view>
 #include <vector>
 
 #include "atomic_file.hpp"
@@ -42,6 +35,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// The prefix of this test's temporary directories.
+constexpr std::string_view directory_prefix = "lockstep_safetensors_test";
+
 // -- building files by hand ---------------------------------------------------
 
 // The bytes `values`, each 0..255.
@@ -52,144 +48,14 @@ std::string bytes_of(std::initializer_list<unsigned> values) {
   return result;
 }
 
-std::string little_endian_u64(std::uint64_t value) {
-  std::string result;
-  for (int i = 0; i < 8; ++i)
-    result.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-  return result;
-}
-
 // A safetensors file with `header` (unpadded) followed by `buffer`.
 std::string file_with(const std::string& header, const std::string& buffer = {}) {
   return little_endian_u64(header.size()) + header + buffer;
 }
 
-// A tensor's buffer as bytes, to compare floats bit for bit (NaN included).
-std::string raw_bytes(const tensor& t) {
-  return {static_cast<const char*>(t.raw_data()), t.byte_size()};
-}
-
 // The message of the data_loss_error that decoding `file` throws.
 std::string corruption_of(const std::string& file) {
   return error_of<data_loss_error>([&] { decode_safetensors(file, "test.safetensors"); });
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// Values that a lossy or endian-confused codec would get wrong.
-template <class T>
-std::vector<T> special_values() {
-  using limits = std::numeric_limits<T>;
-  if constexpr (std::is_floating_point_v<T>) {
-    using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-    auto quiet_nan_with_payload = std::bit_cast<T>(std::bit_cast<bits>(limits::quiet_NaN()) | 1);
-    return {T(0),          T(-0.0),         T(1.5),         -limits::infinity(),
-            limits::infinity(), limits::quiet_NaN(), -limits::quiet_NaN(),
-            quiet_nan_with_payload, limits::denorm_min(), limits::max(), limits::lowest()};
-  } else {
-    return {T(0), T(1), T(-1), T(0x01020304), limits::min(), limits::max()};
-  }
-}
-
-// -- temporary files ----------------------------------------------------------
-
-// A fresh directory under the system's temporary directory, removed with
-// everything in it when the test ends.
-class temporary_directory {
-public:
-  temporary_directory() {
-    static int count = 0;
-    path_ = fs::temp_directory_path()
-            / ("lockstep_safetensors_test." + std::to_string(::getpid()) + "."
-               + std::to_string(count++));
-    fs::remove_all(path_);
-    fs::create_directory(path_);
-  }
-
-  ~temporary_directory() {
-    std::error_code ignored; // a destructor must not throw
-    fs::remove_all(path_, ignored);
-  }
-
-  temporary_directory(const temporary_directory&) = delete;
-  temporary_directory& operator=(const temporary_directory&) = delete;
-
-  const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  REQUIRE(out);
-}
-
-// The entries of `directory` that are write_file_atomically's temporaries.
-std::vector<fs::path> temporaries_in(const fs::path& directory) {
-  std::vector<fs::path> found;
-  for (const auto& entry : fs::directory_iterator(directory))
-    if (is_atomic_write_temporary(entry.path()))
-      found.push_back(entry.path());
-  return found;
-}
-
-// Removes the hook when a test ends, however it ends.
-struct hook_guard {
-  ~hook_guard() { set_atomic_write_hook(nullptr); }
-};
-
-// How a child process that ran write_file_atomically(path, bytes) with a
-// hook raising SIGKILL at `stage` ended.
-struct child_outcome {
-  pid_t pid;
-  int status; // as waitpid reports it
-};
-
-child_outcome write_in_child_killed_at(atomic_write_stage stage, const fs::path& path,
-                                       const std::string& bytes) {
-  pid_t child = ::fork();
-  REQUIRE(child != -1);
-  if (child == 0) {
-    // The child never returns into doctest: it dies by the hook or exits.
-    set_atomic_write_hook([stage](atomic_write_stage reached) {
-      if (reached == stage)
-        ::kill(::getpid(), SIGKILL);
-    });
-    try {
-      write_file_atomically(path, bytes);
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(3); // the hook never fired
-  }
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::seconds(30);
-  int status = 0;
-  for (;;) {
-    pid_t done = ::waitpid(child, &status, WNOHANG);
-    if (done == child)
-      return {child, status};
-    if (done == -1 && errno != EINTR) {
-      std::string reason = std::strerror(errno);
-      FAIL("waitpid failed: " << reason);
-    }
-    if (clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      ::waitpid(child, &status, 0);
-      FAIL("the writing child did not end within 30 s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 std::string sample_file(float first, std::int64_t step) {
@@ -509,7 +375,7 @@ TEST_CASE("every truncation of a valid file is data loss, and so is an extra byt
 // -- files --------------------------------------------------------------------
 
 TEST_CASE("read_safetensors reads a file, or throws io_error naming it") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   auto path = dir.path() / "model.safetensors";
   write_file(path, sample_file(1, 10));
   auto contents = read_safetensors(path, cpu_device(1));
@@ -544,7 +410,7 @@ TEST_CASE("is_atomic_write_temporary recognises the temporaries' names") {
 }
 
 TEST_CASE("write_file_atomically creates and replaces files") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   auto path = dir.path() / "model.safetensors";
   write_file_atomically(path, sample_file(1, 1));
   CHECK(read_file(path) == sample_file(1, 1));
@@ -565,7 +431,7 @@ TEST_CASE("write_file_atomically creates and replaces files") {
 }
 
 TEST_CASE("write_file_atomically throws io_error naming the path and cleans up") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   auto unreachable = dir.path() / "no such directory" / "model.safetensors";
   auto message = error_of<io_error>([&] { write_file_atomically(unreachable, "bytes"); });
   CHECK(contains(message, "open("));
@@ -596,7 +462,7 @@ TEST_CASE("write_file_atomically throws io_error naming the path and cleans up")
 }
 
 TEST_CASE("a writer killed at any stage leaves the old file whole") {
-  temporary_directory dir;
+  temporary_directory dir{directory_prefix};
   auto path = dir.path() / "model.safetensors";
   const auto old_bytes = sample_file(1, 100);
   const auto new_bytes = sample_file(2, 200);
@@ -604,7 +470,8 @@ TEST_CASE("a writer killed at any stage leaves the old file whole") {
 
   for (auto stage : {atomic_write_stage::partial_write, atomic_write_stage::before_rename}) {
     CAPTURE(static_cast<int>(stage));
-    auto [pid, status] = write_in_child_killed_at(stage, path, new_bytes);
+    auto [pid, status] =
+      run_in_child_killed_at(stage, [&] { write_file_atomically(path, new_bytes); });
     REQUIRE(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGKILL);
 
