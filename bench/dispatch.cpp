@@ -21,6 +21,8 @@
 
 #include "lockstep/lockstep.hpp"
 
+#include "bench_support.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <charconv>
@@ -46,6 +48,9 @@
 
 namespace {
 
+using lockstep::bench::parse_count;
+using lockstep::bench::parse_list;
+using lockstep::bench::pin_to;
 using clock_type = std::chrono::steady_clock;
 
 /// A figure is acceptable when lockstep takes at most this many times the
@@ -76,35 +81,6 @@ constexpr std::string_view usage = R"(usage: dispatch [options]
 Environment: the LOCKSTEP_* variables of lockstep::runtime_options apply.
 )";
 
-/// A comma-separated list of whole numbers, each at least `minimum`.
-std::vector<std::size_t> parse_list(std::string_view flag, std::string_view text,
-                                    std::size_t minimum) {
-  std::vector<std::size_t> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const auto comma = std::min(text.find(',', start), text.size());
-    const auto item = text.substr(start, comma - start);
-    std::size_t value = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (ec != std::errc{} || ptr != item.data() + item.size() || value < minimum)
-      throw std::invalid_argument(std::string(flag) + ": expected whole numbers >= "
-                                  + std::to_string(minimum) + ", got '" + std::string(item) + "'");
-    out.push_back(value);
-    start = comma + 1;
-  }
-  return out;
-}
-
-/// Restricts this process (and every thread it starts later) to `cpus`.
-void pin_to(const std::vector<std::size_t>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (auto cpu : cpus)
-    CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0)
-    throw std::runtime_error("--cpus: sched_setaffinity failed: " + std::string(std::strerror(errno)));
-}
-
 std::string cpus_string(const std::vector<std::size_t>& cpus) {
   if (cpus.empty())
     return "all";
@@ -115,14 +91,6 @@ std::string cpus_string(const std::vector<std::size_t>& cpus) {
     out += std::to_string(cpu);
   }
   return out;
-}
-
-std::size_t parse_count(std::string_view flag, std::string_view text) {
-  const auto values = parse_list(flag, text, 1);
-  if (values.size() != 1)
-    throw std::invalid_argument(std::string(flag) + ": expected one number, got '"
-                                + std::string(text) + "'");
-  return values[0];
 }
 
 options parse_options(int argc, char** argv) {

@@ -22,6 +22,8 @@
 
 #include "lockstep/lockstep.hpp"
 
+#include "bench_support.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -46,6 +48,9 @@
 
 namespace {
 
+using lockstep::bench::parse_count;
+using lockstep::bench::parse_list;
+using lockstep::bench::pin_to;
 using clock_type = std::chrono::steady_clock;
 
 constexpr double target_ratio = 1.5;
@@ -74,31 +79,6 @@ constexpr std::string_view usage = R"(usage: variables [options]
   --json FILE       also write {"rows": [...]} to FILE
 )";
 
-std::vector<std::size_t> parse_list(std::string_view flag, std::string_view text,
-                                    std::size_t minimum = 1) {
-  std::vector<std::size_t> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const auto comma = std::min(text.find(',', start), text.size());
-    const auto item = text.substr(start, comma - start);
-    std::size_t value = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (ec != std::errc{} || ptr != item.data() + item.size() || value < minimum)
-      throw std::invalid_argument(std::string(flag) + ": expected whole numbers >= "
-                                  + std::to_string(minimum) + ", got '" + std::string(item) + "'");
-    out.push_back(value);
-    start = comma + 1;
-  }
-  return out;
-}
-
-std::size_t parse_one(std::string_view flag, std::string_view text) {
-  const auto values = parse_list(flag, text);
-  if (values.size() != 1)
-    throw std::invalid_argument(std::string(flag) + ": expected one number");
-  return values[0];
-}
-
 options parse_options(int argc, char** argv) {
   options opts;
   for (int i = 1; i < argc; ++i) {
@@ -111,15 +91,15 @@ options parse_options(int argc, char** argv) {
       throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
     const std::string_view value = argv[++i];
     if (flag == "--variables")
-      opts.variables = parse_list(flag, value);
+      opts.variables = parse_list(flag, value, 1);
     else if (flag == "--sizes")
-      opts.sizes = parse_list(flag, value);
+      opts.sizes = parse_list(flag, value, 1);
     else if (flag == "--replicas")
-      opts.replicas = parse_list(flag, value);
+      opts.replicas = parse_list(flag, value, 1);
     else if (flag == "--reps")
-      opts.reps = parse_one(flag, value);
+      opts.reps = parse_count(flag, value);
     else if (flag == "--limit")
-      opts.limit = parse_one(flag, value);
+      opts.limit = parse_count(flag, value);
     else if (flag == "--cpus")
       opts.cpus = parse_list(flag, value, 0);
     else if (flag == "--json")
@@ -131,15 +111,6 @@ options parse_options(int argc, char** argv) {
     if (s % 4 != 0)
       throw std::invalid_argument("--sizes: " + std::to_string(s) + " is not a multiple of 4");
   return opts;
-}
-
-void pin_to(const std::vector<std::size_t>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (auto cpu : cpus)
-    CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) != 0)
-    throw std::runtime_error("--cpus: sched_setaffinity failed: " + std::string(std::strerror(errno)));
 }
 
 // -- the baseline ---------------------------------------------------------------

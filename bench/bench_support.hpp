@@ -1,0 +1,57 @@
+#pragma once
+
+// Command-line helpers shared by the benchmarks.
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sched.h>
+
+namespace lockstep::bench {
+
+/// A comma-separated list of whole numbers, each at least `minimum`.
+inline std::vector<std::size_t> parse_list(std::string_view flag, std::string_view text,
+                                           std::size_t minimum) {
+  std::vector<std::size_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = std::min(text.find(',', start), text.size());
+    const auto item = text.substr(start, comma - start);
+    std::size_t value = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (ec != std::errc{} || ptr != item.data() + item.size() || value < minimum)
+      throw std::invalid_argument(std::string(flag) + ": expected whole numbers >= "
+                                  + std::to_string(minimum) + ", got '" + std::string(item) + "'");
+    out.push_back(value);
+    start = comma + 1;
+  }
+  return out;
+}
+
+/// Restricts this process (and every thread it starts later) to `cpus`.
+inline void pin_to(const std::vector<std::size_t>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (auto cpu : cpus)
+    CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0)
+    throw std::runtime_error("--cpus: sched_setaffinity failed: " + std::string(std::strerror(errno)));
+}
+
+/// One whole number of at least 1.
+inline std::size_t parse_count(std::string_view flag, std::string_view text) {
+  const auto values = parse_list(flag, text, 1);
+  if (values.size() != 1)
+    throw std::invalid_argument(std::string(flag) + ": expected one number, got '"
+                                + std::string(text) + "'");
+  return values[0];
+}
+
+} // namespace lockstep::bench
