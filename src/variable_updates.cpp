@@ -21,10 +21,13 @@ namespace {
 
 /// An update function as a variable write. It holds its variable weakly:
 /// writes still queued for a variable nobody holds any more are dropped.
+/// `posted`: nobody waits for it, so its failure is also kept for
+/// `synchronize()`.
 class function_write final : public actors::variable_write {
 public:
-  function_write(std::shared_ptr<update_function> fn, std::weak_ptr<variable_state> var)
-    : fn_(std::move(fn)), var_(std::move(var)) {}
+  function_write(std::shared_ptr<update_function> fn, std::weak_ptr<variable_state> var,
+                 bool posted)
+    : fn_(std::move(fn)), var_(std::move(var)), posted_(posted) {}
 
   void apply(std::size_t copy, tensor& value) const override {
     auto var = var_.lock();
@@ -36,7 +39,8 @@ public:
       const variable component{var, copy};
       fn_->call(copy, &value, &component);
     } catch (...) {
-      var->strategy->record_write_failure(std::current_exception());
+      if (posted_)
+        var->strategy->record_write_failure(std::current_exception());
       throw;
     }
   }
@@ -44,6 +48,7 @@ public:
 private:
   std::shared_ptr<update_function> fn_;
   std::weak_ptr<variable_state> var_;
+  bool posted_;
 };
 
 /// Counts the devices that finished an update_non_slot and keeps the first
@@ -114,8 +119,11 @@ void post_update(strategy_state& state, const variable& var,
                       "variable itself (value_container)");
   auto& s = var.state();
   s.check_failures();
-  const auto seq = s.post(std::make_shared<function_write>(std::move(fn), s.weak_from_this()));
-  if (wait || s.copies.size() == 1)
+  // One copy applies on this thread: its failure is known at once.
+  wait = wait || s.copies.size() == 1;
+  const auto seq
+    = s.post(std::make_shared<function_write>(std::move(fn), s.weak_from_this(), !wait));
+  if (wait)
     s.check_write(seq);
 }
 

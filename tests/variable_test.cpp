@@ -1072,6 +1072,24 @@ TEST_CASE("synchronize() rethrows a posted update's failure") {
   CHECK(copy_values(v) == repeated(2.0, 3));
 }
 
+TEST_CASE("an update that returns a value throws at once, and only there") {
+  mirrored_strategy s{cpu_devices(2), {.timeout = 10s}};
+  auto scope = s.scope();
+  auto& ext = s.extended();
+  variable v{f32(0.0), {.name = "v"}};
+  CHECK_THROWS_WITH_AS(ext.update(v,
+                                  [](tensor& x) {
+                                    if (current_device() == cpu_device(1))
+                                      throw std::invalid_argument("copy 1 refuses");
+                                    add_into(x, f32(1.0));
+                                    return 1;
+                                  }),
+                       "copy 1 refuses", std::invalid_argument);
+  ext.synchronize(); // the caller saw it already: not reported again
+  // The copies differ now (copy 0 added 1): the variable says so.
+  CHECK_THROWS_AS(v.value(), value_error);
+}
+
 TEST_CASE("an update that throws on a one-device variable throws at once") {
   one_device_strategy s{cpu_device(0)};
   auto scope = s.scope();
