@@ -1,0 +1,33 @@
+#pragma once
+
+// The elementwise combinations an in-process collective supports. The public
+// lockstep::reduce_op (sum, mean) maps onto the first two; min, max and prod
+// exist for the collectives that TF exposes beyond tf.distribute's ReduceOp.
+
+#include <string_view>
+
+namespace lockstep::detail {
+
+/// How a collective combines the replicas' elements. `mean` sums and then
+/// divides by the number of participants (integers truncate toward zero, as
+/// divide_into); `min` and `max` compare with `<` in the element type.
+enum class collective_op { sum, mean, min, max, prod };
+
+/// "sum", "mean", "min", "max" or "prod".
+constexpr std::string_view to_string(collective_op op) noexcept {
+  switch (op) {
+    case collective_op::sum:
+      return "sum";
+    case collective_op::mean:
+      return "mean";
+    case collective_op::min:
+      return "min";
+    case collective_op::max:
+      return "max";
+    case collective_op::prod:
+      return "prod";
+  }
+  return "invalid collective_op";
+}
+
+} // namespace lockstep::detail
