@@ -3,6 +3,8 @@
 #include "log.hpp"
 
 #include <exception>
+#include <map>
+#include <string>
 #include <utility>
 
 namespace lockstep::actors {
@@ -11,6 +13,20 @@ device_executor::device_executor(device_spec device, std::chrono::microseconds s
   : device_(std::move(device)), spin_(spin) {
   thread_ = std::thread{[this] { loop(); }};
   thread_id_ = thread_.get_id();
+}
+
+std::shared_ptr<device_executor> device_executor::of(const device_spec& device,
+                                                     std::chrono::microseconds spin) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<device_executor>> executors;
+  const auto name = device.canonical().to_string();
+  std::lock_guard<std::mutex> lock{mutex};
+  auto& slot = executors[name];
+  if (auto existing = slot.lock())
+    return existing;
+  auto created = std::make_shared<device_executor>(device.canonical(), spin);
+  slot = created;
+  return created;
 }
 
 device_executor::~device_executor() {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +33,13 @@ public:
 
   /// Starts the thread. `spin`: how long it polls for work before sleeping.
   device_executor(device_spec device, std::chrono::microseconds spin);
+
+  /// The process's executor of `device` (canonical), shared by everything
+  /// that works on that device (variable copies, reducers) and started on
+  /// first use with `spin`; it stops when the last user lets go. One thread
+  /// per device keeps the device's work in one order.
+  static std::shared_ptr<device_executor> of(const device_spec& device,
+                                             std::chrono::microseconds spin);
 
   /// Runs every task posted so far, then stops the thread. Must not run on
   /// the executor's own thread (owners hand that case to another thread).

@@ -69,7 +69,7 @@ actors::device_executor& strategy_state::device_executor(std::size_t device) {
     // Replica threads are idle while posted writes run.
     const auto spin = spin_budget(devices.size() + 1);
     for (const auto& d : devices)
-      device_executors_.push_back(std::make_unique<actors::device_executor>(d, spin));
+      device_executors_.push_back(actors::device_executor::of(d, spin));
   }
   return *device_executors_.at(device);
 }

@@ -97,7 +97,7 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
 
 private:
   mutable std::mutex variables_mutex_;
-  std::vector<std::unique_ptr<actors::device_executor>> device_executors_;
+  std::vector<std::shared_ptr<actors::device_executor>> device_executors_;
   std::exception_ptr write_failure_;
 };
 

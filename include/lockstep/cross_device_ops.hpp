@@ -6,6 +6,7 @@
 #include "lockstep/values.hpp"
 #include "lockstep/variable.hpp"
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +102,34 @@ protected:
 
 private:
   std::optional<device_spec> reduce_to_device_;
+};
+
+namespace detail {
+struct slice_all_reduce_state;
+}
+
+/// An all-reduce where each device's thread owns one slice of every buffer:
+/// it sums its slice across all replicas in cache-sized chunks and writes
+/// each finished chunk to every destination (2·N·S bytes moved, no copy
+/// through one device). Applies when the components lie on the destination
+/// devices, one each, in order; otherwise it reduces to one device. Results
+/// are bit-identical to `reduction_to_one_device`'s (same order of sums).
+/// Replicas that disagree (dtype, shape) get the usual validation errors; a
+/// device thread that does not take part within `timeout` is a
+/// timeout_error naming it.
+class slice_all_reduce final : public cross_device_ops {
+public:
+  explicit slice_all_reduce(std::chrono::milliseconds timeout = std::chrono::seconds{300});
+  ~slice_all_reduce() override;
+
+  std::string name() const override;
+
+protected:
+  mirrored<tensor> reduce_implementation(reduce_op op, const per_replica<tensor>& value,
+                                         const destinations& destination) override;
+
+private:
+  std::unique_ptr<detail::slice_all_reduce_state> state_;
 };
 
 /// TF's `choose_the_best(devices)`: a device that is not a GPU means
