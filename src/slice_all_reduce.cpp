@@ -124,8 +124,10 @@ mirrored<tensor> slice_all_reduce::reduce_implementation(reduce_op op,
     group = slot;
   }
   auto outputs = std::make_shared<std::vector<tensor>>();
+  // Every element is written by the ranks, which also take the page faults
+  // of fresh buffers, in parallel.
   for (const auto& d : devices)
-    outputs->push_back(tensor::zeros(value.primary().dtype(), value.primary().shape(), d));
+    outputs->push_back(tensor::uninitialized(value.primary().dtype(), value.primary().shape(), d));
   auto inputs = std::make_shared<const std::vector<tensor>>(value.values());
   auto done = std::make_shared<detail::rank_completion>(n);
   const auto collective = op == reduce_op::sum ? detail::collective_op::sum

@@ -74,6 +74,10 @@ tensor tensor::zeros(lockstep::dtype type, shape_t shape, const device_spec& dev
   return result;
 }
 
+tensor tensor::uninitialized(lockstep::dtype type, shape_t shape, const device_spec& device) {
+  return tensor(type, std::move(shape), device);
+}
+
 tensor tensor::filled(lockstep::dtype type, shape_t shape, double value,
                       const device_spec& device) {
   tensor result(type, std::move(shape), device);

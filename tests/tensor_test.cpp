@@ -127,6 +127,18 @@ TEST_CASE("shapes that do not match the values throw shape_error") {
   CHECK(error_of<shape_error>([] { tensor::zeros(dtype::f32, {2, -1}); })
         == "shape [2, -1] has a negative dimension");
   CHECK_THROWS_AS(tensor::zeros(dtype::f32, {1 << 30, 1 << 30, 1 << 30}), shape_error);
+  CHECK(error_of<shape_error>([] { tensor::uninitialized(dtype::f32, {-3}); })
+        == "shape [-3] has a negative dimension");
+}
+
+TEST_CASE("uninitialized gives a buffer of its own with the shape, dtype and device asked for") {
+  const auto t = tensor::uninitialized(dtype::i64, {3, 5}, cpu_device(2));
+  CHECK(t.dtype() == dtype::i64);
+  CHECK(t.shape() == shape_t{3, 5});
+  CHECK(t.byte_size() == 3 * 5 * 8);
+  CHECK(t.device() == cpu_device(2).canonical());
+  CHECK(t.buffer_use_count() == 1);
+  CHECK(tensor::uninitialized(dtype::f32, {0}).byte_size() == 0);
 }
 
 TEST_CASE("data<T> with the wrong type throws dtype_error naming both dtypes") {

@@ -37,6 +37,12 @@ public:
   static tensor zeros(lockstep::dtype type, shape_t shape,
                       const device_spec& device = current_device());
 
+  /// A tensor of `shape` whose elements are indeterminate until written: for
+  /// results that are overwritten whole, where zero-filling would be a
+  /// wasted pass over memory. Throws shape_error as `zeros`.
+  static tensor uninitialized(lockstep::dtype type, shape_t shape,
+                              const device_spec& device = current_device());
+
   /// A tensor of `shape` with every element `static_cast`ed from `value`
   /// (integers truncate toward zero; `value` must fit the dtype).
   static tensor filled(lockstep::dtype type, shape_t shape, double value,
