@@ -10,6 +10,7 @@
 #include "lockstep/cross_device_ops.hpp"
 
 #include "collectives/allreduce_slices.hpp"
+#include "completion.hpp"
 #include "device_executor.hpp"
 #include "spin_wait.hpp"
 
@@ -37,39 +38,6 @@ std::mutex& posting_mutex() {
   static std::mutex mutex;
   return mutex;
 }
-
-/// Counts finished ranks and keeps the first exception.
-class rank_completion {
-public:
-  explicit rank_completion(std::size_t ranks) : left_(ranks) {}
-
-  void done(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock{mutex_};
-      if (error && !error_)
-        error_ = std::move(error);
-      --left_;
-    }
-    finished_.notify_all();
-  }
-
-  /// False if `deadline` passed first.
-  bool wait(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock{mutex_};
-    return finished_.wait_until(lock, deadline, [this] { return left_ == 0; });
-  }
-
-  std::exception_ptr error() {
-    std::lock_guard<std::mutex> lock{mutex_};
-    return error_;
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable finished_;
-  std::size_t left_;
-  std::exception_ptr error_;
-};
 
 /// True when component r lies on destination r, each on its own device.
 bool one_component_per_destination(const per_replica<tensor>& value,
@@ -129,7 +97,7 @@ mirrored<tensor> slice_all_reduce::reduce_implementation(reduce_op op,
   for (const auto& d : devices)
     outputs->push_back(tensor::uninitialized(value.primary().dtype(), value.primary().shape(), d));
   auto inputs = std::make_shared<const std::vector<tensor>>(value.values());
-  auto done = std::make_shared<detail::rank_completion>(n);
+  auto done = std::make_shared<detail::completion>(n);
   const auto collective = op == reduce_op::sum ? detail::collective_op::sum
                                                : detail::collective_op::mean;
   const detail::collective_options options{state_->timeout, name(), 0};

@@ -5,6 +5,7 @@
 
 #include "lockstep/strategy.hpp"
 
+#include "completion.hpp"
 #include "thread_mode.hpp"
 #include "variable_creation.hpp"
 #include "variable_state.hpp"
@@ -49,39 +50,6 @@ private:
   std::shared_ptr<update_function> fn_;
   std::weak_ptr<variable_state> var_;
   bool posted_;
-};
-
-/// Counts the devices that finished an update_non_slot and keeps the first
-/// exception.
-class completion {
-public:
-  explicit completion(std::size_t count) : left_(count) {}
-
-  void done(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock{mutex_};
-      if (error && !error_)
-        error_ = std::move(error);
-      --left_;
-    }
-    finished_.notify_all();
-  }
-
-  bool wait(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock{mutex_};
-    return finished_.wait_until(lock, deadline, [this] { return left_ == 0; });
-  }
-
-  std::exception_ptr error() {
-    std::lock_guard<std::mutex> lock{mutex_};
-    return error_;
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable finished_;
-  std::size_t left_;
-  std::exception_ptr error_;
 };
 
 void check_own_variable(const strategy_state& state, const variable& var, const char* what) {
