@@ -1,10 +1,6 @@
 // Elementwise kernels over host buffers. Each is one template over the
-// element type, dispatched once per call through visit_dtype. The loops are
-// plain loops over __restrict pointers, run in blocks of `block` elements:
-// at -O2, GCC 12 vectorises a loop only when its trip count is a known
-// multiple of the vector width, which a block's constant length is once
-// inlined (measured: 3x the float32 add_into throughput of one long loop on
-// in-cache data).
+// element type, dispatched once per call through visit_dtype; the loops run
+// in blocks (elementwise_loops.hpp explains why).
 
 #include <cstring>
 #include <functional>
@@ -14,21 +10,14 @@
 #include "lockstep/error.hpp"
 #include "lockstep/tensor.hpp"
 
+#include "elementwise_loops.hpp"
+
 namespace lockstep {
 
 namespace {
 
-constexpr std::int64_t block = 64;
-
-// Calls `loop(offset, length)` for consecutive ranges covering [0, count):
-// full blocks, then the remainder.
-template <class Loop>
-void in_blocks(std::int64_t count, Loop loop) {
-  std::int64_t offset = 0;
-  for (; offset + block <= count; offset += block)
-    loop(offset, block);
-  loop(offset, count - offset);
-}
+using detail::divide_loop;
+using detail::in_blocks;
 
 void check_same_dtype_and_shape(std::string_view kernel, const tensor& lhs, const tensor& rhs) {
   if (lhs.dtype() != rhs.dtype())
@@ -72,19 +61,6 @@ void scale_loop(T* __restrict x, double factor, std::int64_t count) {
   } else {
     for (std::int64_t i = 0; i < count; ++i)
       x[i] = static_cast<T>(static_cast<double>(x[i]) * factor);
-  }
-}
-
-template <class T>
-void divide_loop(T* __restrict x, std::int64_t divisor, std::int64_t count) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const auto cast_divisor = static_cast<T>(divisor);
-    for (std::int64_t i = 0; i < count; ++i)
-      x[i] /= cast_divisor;
-  } else {
-    // In std::int64_t, so a divisor beyond T's range gives 0, not garbage.
-    for (std::int64_t i = 0; i < count; ++i)
-      x[i] = static_cast<T>(x[i] / divisor);
   }
 }
 

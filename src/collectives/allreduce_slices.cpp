@@ -1,14 +1,15 @@
 // The data work of allreduce_slices: one template per (op, element type),
 // dispatched once per call. The inner loops run over __restrict pointers in
-// blocks of a constant `lanes` elements, which is what lets GCC vectorise
-// them (see tensor_kernels.cpp).
+// blocks of a constant length, which is what lets GCC vectorise them (see
+// elementwise_loops.hpp).
 
 #include "collectives/allreduce_slices.hpp"
+
+#include "elementwise_loops.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "lockstep/error.hpp"
@@ -16,8 +17,6 @@
 namespace lockstep::detail {
 
 namespace {
-
-constexpr std::size_t lanes = 64;
 
 template <collective_op Op, class T>
 void combine(T* __restrict accumulator, const T* __restrict x, std::size_t count) {
@@ -33,26 +32,11 @@ void combine(T* __restrict accumulator, const T* __restrict x, std::size_t count
   }
 }
 
-template <class T>
-void divide(T* __restrict x, std::size_t divisor, std::size_t count) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const auto cast_divisor = static_cast<T>(divisor);
-    for (std::size_t i = 0; i < count; ++i)
-      x[i] /= cast_divisor;
-  } else {
-    // As divide_into: C++ division in std::int64_t truncates toward zero.
-    const auto wide_divisor = static_cast<std::int64_t>(divisor);
-    for (std::size_t i = 0; i < count; ++i)
-      x[i] = static_cast<T>(x[i] / wide_divisor);
-  }
-}
-
 template <collective_op Op, class T>
-void combine_in_lanes(T* accumulator, const T* x, std::size_t count) {
-  std::size_t offset = 0;
-  for (; offset + lanes <= count; offset += lanes)
-    combine<Op>(accumulator + offset, x + offset, lanes);
-  combine<Op>(accumulator + offset, x + offset, count - offset);
+void combine_in_blocks(T* accumulator, const T* x, std::size_t count) {
+  in_blocks(static_cast<std::int64_t>(count), [=](std::int64_t offset, std::int64_t length) {
+    combine<Op>(accumulator + offset, x + offset, static_cast<std::size_t>(length));
+  });
 }
 
 // Reduces elements [begin, end) of every input into every output, chunk by
@@ -68,9 +52,11 @@ void reduce_slice(const std::vector<const T*>& inputs, const std::vector<T*>& ou
     const auto count = std::min(chunk, end - offset);
     std::memcpy(accumulator, inputs[0] + offset, count * sizeof(T));
     for (std::size_t k = 1; k < inputs.size(); ++k)
-      combine_in_lanes<Op>(accumulator, inputs[k] + offset, count);
+      combine_in_blocks<Op>(accumulator, inputs[k] + offset, count);
     if constexpr (Op == collective_op::mean)
-      divide(accumulator, inputs.size(), count);
+      in_blocks(static_cast<std::int64_t>(count), [=](std::int64_t offset, std::int64_t length) {
+        divide_loop(accumulator + offset, static_cast<std::int64_t>(inputs.size()), length);
+      });
     for (T* output : outputs)
       std::memcpy(output + offset, accumulator, count * sizeof(T));
   }
