@@ -88,6 +88,7 @@
 namespace {
 
 using lockstep::bench::parse_count;
+using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
 using clock_type = std::chrono::steady_clock;
@@ -146,15 +147,7 @@ Environment: the LOCKSTEP_* variables of lockstep::runtime_options apply.
 
 options parse_options(int argc, char** argv) {
   options opts;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    }
-    if (i + 1 >= argc)
-      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
-    const std::string_view value = argv[++i];
+  parse_flags(argc, argv, usage, [&](std::string_view flag, std::string_view value) {
     if (flag == "--sizes")
       opts.sizes = parse_list(flag, value, 4);
     else if (flag == "--replicas")
@@ -186,8 +179,9 @@ options parse_options(int argc, char** argv) {
     else if (flag == "--json")
       opts.json = value;
     else
-      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
-  }
+      return false;
+    return true;
+  });
   const auto check_floats = [](std::string_view flag, std::size_t bytes) {
     if (bytes % 4 != 0)
       throw std::invalid_argument(std::string(flag) + ": " + std::to_string(bytes)

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -52,6 +54,24 @@ inline std::size_t parse_count(std::string_view flag, std::string_view text) {
     throw std::invalid_argument(std::string(flag) + ": expected one number, got '"
                                 + std::string(text) + "'");
   return values[0];
+}
+
+/// Walks the `--flag value` pairs of a command line: `--help` / `-h` print
+/// `usage` and exit; every other flag needs a value and goes to
+/// `set(flag, value)`, which returns false for a flag it does not know.
+template <class Set>
+void parse_flags(int argc, char** argv, std::string_view usage, Set set) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    }
+    if (i + 1 >= argc)
+      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
+    if (!set(flag, std::string_view{argv[++i]}))
+      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
+  }
 }
 
 } // namespace lockstep::bench

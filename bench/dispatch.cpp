@@ -49,6 +49,7 @@
 namespace {
 
 using lockstep::bench::parse_count;
+using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
 using clock_type = std::chrono::steady_clock;
@@ -95,15 +96,7 @@ std::string cpus_string(const std::vector<std::size_t>& cpus) {
 
 options parse_options(int argc, char** argv) {
   options opts;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    }
-    if (i + 1 >= argc)
-      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
-    const std::string_view value = argv[++i];
+  parse_flags(argc, argv, usage, [&](std::string_view flag, std::string_view value) {
     if (flag == "--iters") {
       opts.iters = parse_count(flag, value);
     } else if (flag == "--reps") {
@@ -117,9 +110,10 @@ options parse_options(int argc, char** argv) {
     } else if (flag == "--json") {
       opts.json = value;
     } else {
-      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
+      return false;
     }
-  }
+    return true;
+  });
   return opts;
 }
 
