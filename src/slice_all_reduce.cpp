@@ -16,7 +16,6 @@
 
 #include "lockstep/error.hpp"
 
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>

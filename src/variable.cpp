@@ -297,14 +297,13 @@ namespace {
 void write(const variable& var, write_op op, const tensor& x) {
   auto& s = var.state();
   check_value(s, x, op_name(op));
-  const bool cross_replica_assign = !detail::local_copy(var) && op == write_op::assign;
-  if (!cross_replica_assign) // an assign of every copy ends a divergence
+  const auto copy = detail::local_copy(var);
+  if (copy || op != write_op::assign) // an assign of every copy ends a divergence
     s.check_failures();
   // One copy: a component, an update context, a sync-on-read replica.
-  const auto replica = own_replica(s);
-  const bool aggregated = replica && s.kind == variable_kind::mirrored && !var.is_component()
-                          && detail::current_update_context() == nullptr;
-  if (auto copy = detail::local_copy(var); copy && !aggregated) {
+  const bool aggregated = own_replica(s) && s.kind == variable_kind::mirrored
+                          && !var.is_component() && detail::current_update_context() == nullptr;
+  if (copy && !aggregated) {
     s.copies[*copy]->apply_local([&](tensor& value) { apply_op(op, value, x); },
                                  s.issued.load(), s.deadline());
     return;

@@ -13,8 +13,6 @@
 #include "lockstep/error.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 
 namespace lockstep::detail {
 
