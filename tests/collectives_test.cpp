@@ -373,6 +373,124 @@ TEST_CASE("a collective issued differently by one rank fails on every rank, then
   CHECK(contains(group.dump(), "#2 all_reduce sum float32 [4] 16 B: completed"));
 }
 
+TEST_CASE("inline collectives: ranks that run ahead never overwrite a copy another rank reads") {
+  // Ranks meet once per inline collective and the fastest ones go on at
+  // once, so a slow rank may still read the copies of collective k while the
+  // others publish k + 1. Sizes alternate between inline (1 to 60 floats) and
+  // sliced (500 floats) collectives, and one rank in turn dawdles, so every
+  // interleaving of the two paths comes up; each result is checked.
+  for (std::size_t n : {2u, 3u, 4u, 7u}) {
+    constexpr int collectives = 1500;
+    collective_group group{n, "ahead"};
+    std::vector<std::size_t> wrong(n, 0);
+    const auto value = [](std::size_t rank, int k, std::size_t i) {
+      return static_cast<double>((rank + 1) * 1000 + static_cast<std::size_t>(k % 97) + i);
+    };
+    auto outcomes = run_ranks(n, [&](std::size_t rank) {
+      for (int k = 0; k < collectives; ++k) {
+        const std::int64_t count = k % 5 == 4 ? 500 : 1 + (k * 7) % 60;
+        auto t = make_input(dtype::f64, count, [&](std::size_t i) { return value(rank, k, i); });
+        if (static_cast<std::size_t>(k) % n == rank && k % 3 == 0)
+          std::this_thread::yield();
+        allreduce_slices(group, rank, reduce_op::sum, t, t, {.timeout = 20s});
+        const auto data = t.data<double>();
+        for (std::size_t i = 0; i < data.size(); ++i) {
+          double expected = 0;
+          for (std::size_t r = 0; r < n; ++r)
+            expected += value(r, k, i);
+          wrong[rank] += data[i] == expected ? 0 : 1;
+        }
+      }
+    });
+    for (std::size_t rank = 0; rank < n; ++rank) {
+      CHECK_MESSAGE(outcomes[rank].kind.empty(), outcomes[rank].what);
+      INFO("n=" << n << " rank=" << rank);
+      CHECK(wrong[rank] == 0);
+    }
+  }
+}
+
+// `t` reduced in place, as allreduce_buffers.
+allreduce_buffers buffers_of(tensor& t) {
+  return {{&t, 1}, {&t, 1}};
+}
+
+TEST_CASE("an inline collective a rank withdrew from leaves its next copies intact") {
+  // Rank 0 arrives alone at #1 and times out; rank 1 then arrives late and is
+  // refused. The next collectives, with new data, give exact results: the
+  // copy rank 0 published for #1 (which nobody read) is written again, and
+  // the copies of collectives that ran are not.
+  collective_group group{2, "withdrawn"};
+  auto t0 = tensor::from<float>({1, 2});
+  CHECK_THROWS_AS(allreduce_slices(group, 0, reduce_op::sum, t0, t0, {.timeout = 20ms}),
+                  timeout_error);
+  auto t1 = tensor::from<float>({10, 20});
+  CHECK_THROWS_AS(allreduce_slices(group, 1, reduce_op::sum, t1, t1, {.timeout = 10s}),
+                  timeout_error);
+  for (int k = 2; k < 40; ++k) {
+    std::vector<tensor> inputs{tensor::from<float>({static_cast<float>(k), 1}),
+                               tensor::from<float>({static_cast<float>(100 * k), 2})};
+    // Before every fifth collective, rank 0 withdraws from one on its own
+    // (#2k - 1) while rank 1 waits; then both issue #2k.
+    const auto seq = static_cast<std::uint64_t>(2 * k);
+    std::atomic<bool> withdrawn{k % 5 != 0};
+    auto outcomes = run_ranks(2, [&](std::size_t rank) {
+      if (!withdrawn.load() && rank == 0) {
+        CHECK_THROWS_AS(allreduce_slices(group, 0, reduce_op::sum, buffers_of(inputs[0]),
+                                         {.timeout = 1ms}, seq - 1),
+                        timeout_error);
+        withdrawn.store(true);
+      }
+      wait_for([&] { return withdrawn.load(); });
+      allreduce_slices(group, rank, reduce_op::sum, buffers_of(inputs[rank]), {.timeout = 10s},
+                       seq);
+    });
+    for (const auto& o : outcomes)
+      CHECK_MESSAGE(o.kind.empty(), o.what);
+    for (const auto& t : inputs)
+      CHECK(t == tensor::from<float>({static_cast<float>(101 * k), 3}));
+  }
+}
+
+TEST_CASE("ranks whose chunk sizes put one collective inline and another not fail alike") {
+  // 16 bytes fit a rank's inline area, but not rank 1's 8-byte chunks.
+  collective_group group{3, "chunks"};
+  std::vector<tensor> inputs;
+  for (std::size_t r = 0; r < 3; ++r)
+    inputs.push_back(tensor::filled(dtype::f32, {4}, 1.0));
+  auto outcomes = run_ranks(3, [&](std::size_t rank) {
+    allreduce_slices(group, rank, reduce_op::sum, inputs[rank], inputs[rank],
+                     {.timeout = 10s, .chunk_bytes = rank == 1 ? 8u : 0u});
+  });
+  for (const auto& o : outcomes) {
+    CHECK(o.kind == "value_error");
+    CHECK(contains(o.what, "ranks issued the same collective with different chunk sizes, so "
+                           "some published their data inline and some did not"));
+  }
+  outcomes = run_ranks(3, [&](std::size_t rank) {
+    allreduce_slices(group, rank, reduce_op::sum, inputs[rank], inputs[rank], {.timeout = 10s});
+  });
+  for (const auto& o : outcomes)
+    CHECK_MESSAGE(o.kind.empty(), o.what);
+  for (const auto& t : inputs)
+    CHECK(t == tensor::filled(dtype::f32, {4}, 3.0));
+}
+
+TEST_CASE("arrive_inline takes at most inline_capacity bytes") {
+  collective_group group{1, "capacity"};
+  std::vector<std::byte> data(collective_group::inline_capacity + 1);
+  auto f = fingerprint(1, dtype::f32, {1});
+  f.inline_data = true;
+  CHECK_THROWS_WITH_AS(group.arrive_inline(0, f, collective_group::clock::now() + 1s, data.data(),
+                                           data.size()),
+                       "collective_group 'capacity': arrive_inline of 241 bytes, more than the "
+                       "240 a rank can publish inline",
+                       value_error);
+  group.arrive_inline(0, f, collective_group::clock::now() + 1s, data.data(), data.size() - 1);
+  CHECK(group.inline_data(0, 1) != nullptr);
+  CHECK(group.next_seq(0) == 2);
+}
+
 TEST_CASE("a rank that never arrives: the others time out naming it, then all ranks succeed") {
   collective_group group{4, "stall"};
   std::vector<tensor> inputs;

@@ -126,6 +126,38 @@ void reduce_slice(const collective_group& group, const allreduce_buffers& mine,
   }
 }
 
+/// Calls `segment(i, offset, count)` for the part of each tensor of
+/// `buffers` within positions [begin, end) of their concatenation.
+template <class Segment>
+void for_each_segment(std::span<const tensor> tensors, std::size_t begin, std::size_t end,
+                      Segment segment) {
+  std::size_t tensor_start = 0;
+  for (std::size_t i = 0; i < tensors.size() && tensor_start < end; ++i) {
+    const auto size = static_cast<std::size_t>(tensors[i].num_elements());
+    const auto from = std::max(begin, tensor_start);
+    const auto to = std::min(end, tensor_start + size);
+    if (from < to)
+      segment(i, from - tensor_start, to - from);
+    tensor_start += size;
+  }
+}
+
+/// The small-collective path: every rank reduces the whole range from the
+/// copies the ranks published inline, in the same order as reduce_segment
+/// (rank 0's copy, combined with ranks 1, ..., N-1, then MEAN's division),
+/// so results are bit-identical to the sliced path.
+template <reduce_op Op, class T>
+void reduce_inline(const collective_group& group, std::uint64_t seq, std::size_t count,
+                   T* accumulator) {
+  std::memcpy(accumulator, group.inline_data(0, seq), count * sizeof(T));
+  for (std::size_t r = 1; r < group.size(); ++r)
+    combine_loop<Op>(accumulator, static_cast<const T*>(group.inline_data(r, seq)),
+                     static_cast<std::int64_t>(count));
+  if constexpr (Op == reduce_op::mean)
+    divide_loop(accumulator, static_cast<std::int64_t>(group.size()),
+                static_cast<std::int64_t>(count));
+}
+
 template <class Work>
 void dispatch_op(reduce_op op, Work work) {
   switch (op) {
@@ -253,6 +285,41 @@ void fill_fingerprint(collective_fingerprint& f, std::uint64_t seq, reduce_op op
   }
 }
 
+/// allreduce_slices of a range of at most collective_group::inline_capacity
+/// bytes: the ranks publish copies of their elements and meet once, and each
+/// reduces the whole range into its own outputs.
+void allreduce_inline(collective_group& group, std::size_t rank, reduce_op op,
+                      const allreduce_buffers& mine, std::size_t end,
+                      const collective_fingerprint& fingerprint,
+                      collective_group::clock::time_point deadline) {
+  alignas(64) std::byte mine_copy[collective_group::inline_capacity];
+  alignas(64) std::byte result[collective_group::inline_capacity];
+  const auto element_size = size_of(fingerprint.dtype);
+  std::size_t at = 0;
+  for_each_segment(mine.inputs, mine.begin, end, [&](std::size_t i, std::size_t offset,
+                                                     std::size_t count) {
+    std::memcpy(mine_copy + at, static_cast<const std::byte*>(mine.inputs[i].raw_data())
+                                    + offset * element_size, count * element_size);
+    at += count * element_size;
+  });
+  group.arrive_inline(rank, fingerprint, deadline, mine_copy, at);
+  if (at == 0)
+    return;
+  visit_dtype(fingerprint.dtype, [&]<class T>(T) {
+    dispatch_op(op, [&](auto op_constant) {
+      reduce_inline<decltype(op_constant)::value, T>(group, fingerprint.seq, at / sizeof(T),
+                                                     reinterpret_cast<T*>(result));
+    });
+  });
+  at = 0;
+  for_each_segment(mine.outputs, mine.begin, end, [&](std::size_t i, std::size_t offset,
+                                                      std::size_t count) {
+    std::memcpy(static_cast<std::byte*>(mine.outputs[i].raw_data()) + offset * element_size,
+                result + at, count * element_size);
+    at += count * element_size;
+  });
+}
+
 } // namespace
 
 void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
@@ -266,6 +333,14 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   thread_local collective_fingerprint fingerprint;
   fill_fingerprint(fingerprint, seq == 0 ? group.next_seq(rank) : seq, op, mine, end, total,
                    options);
+  const auto chunk_bytes = options.chunk_bytes == 0 ? default_chunk_bytes : options.chunk_bytes;
+  // A range that fits in one chunk and in a rank's inline area meets once.
+  const auto bytes = (end - mine.begin) * size_of(fingerprint.dtype);
+  fingerprint.inline_data = bytes <= std::min(chunk_bytes, collective_group::inline_capacity);
+  if (fingerprint.inline_data) {
+    allreduce_inline(group, rank, op, mine, end, fingerprint, deadline);
+    return;
+  }
   thread_local published_buffers published;
   published.inputs.clear();
   published.outputs.clear();
@@ -282,7 +357,6 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   const auto remainder = elements % n;
   const auto first = begin + rank * per_rank + std::min(rank, remainder);
   const auto last = first + per_rank + (rank < remainder ? 1 : 0);
-  const auto chunk_bytes = options.chunk_bytes == 0 ? default_chunk_bytes : options.chunk_bytes;
 
   // Only growing the scratch block can throw here; a rank that cannot do
   // its share would leave the others waiting, so it breaks the group.

@@ -27,6 +27,16 @@
 // tensors costs one rendezvous and one barrier, and is never copied into a
 // pack buffer.
 //
+// Small ranges meet once. When a rank's range fits in one chunk and in the
+// group's inline area (collective_group::inline_capacity, 240 bytes), each
+// rank publishes a copy of its elements with its arrival
+// (collective_group::arrive_inline) and, once all have arrived, reduces the
+// whole range from the copies in the same order, into its own outputs only.
+// No rank reads another's buffers, so there is no barrier: a 4-byte
+// all-reduce costs one rendezvous. Whether a collective goes inline is part
+// of its fingerprint, so ranks that disagree (different chunk sizes) get a
+// mismatch error, never each other's wrong data.
+//
 // Outputs may alias inputs (an in-place all-reduce, or any other pairing):
 // tensors that share a buffer share it from element 0, and rank r reads and
 // writes only its own slice in every buffer, reading a chunk from all inputs

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -41,6 +42,41 @@ std::string milliseconds(std::chrono::steady_clock::duration d) {
   return text;
 }
 
+/// FNV-1a over 64-bit values and bytes.
+struct fnv1a {
+  std::uint64_t hash = 14695981039346656037ull;
+  void operator()(std::uint64_t value) noexcept {
+    hash ^= value;
+    hash *= 1099511628211ull;
+  }
+  void operator()(std::string_view text) noexcept {
+    for (unsigned char c : text)
+      (*this)(c);
+    (*this)(text.size());
+  }
+};
+
+/// A hash of everything in `f` but its sequence number: ranks compare
+/// digests on the hot path, and whole fingerprints only to word an error.
+std::uint64_t digest_of(const collective_fingerprint& f) noexcept {
+  fnv1a mix;
+  mix(f.op);
+  mix(f.reduction);
+  mix(f.tag);
+  mix(static_cast<std::uint64_t>(f.dtype));
+  mix(f.shape.size());
+  for (auto dim : f.shape)
+    mix(static_cast<std::uint64_t>(dim));
+  mix(f.tensors);
+  mix(f.layout);
+  mix(f.batch_tensors);
+  mix(f.batch_dtypes);
+  mix(f.batch_shapes);
+  mix(f.epoch);
+  mix(f.inline_data ? 1 : 0);
+  return mix.hash;
+}
+
 std::string_view outcome_name(int state) {
   constexpr std::string_view names[] = {"running", "completed", "mismatch", "timed out",
                                         "cancelled"};
@@ -55,6 +91,17 @@ std::string_view outcome_name(int state) {
 /// the collective runs (the barrier keeps them from changing), or under
 /// `mutex` by error paths.
 struct alignas(64) collective_group::rank_slot {
+  /// What the rank publishes with each arrival for the others to read once
+  /// the collective started: its fingerprint's digest and, from
+  /// arrive_inline(), its data. Written before `arrived` is released; `seq`
+  /// tells which of the two areas holds a collective.
+  struct alignas(64) area {
+    std::atomic<std::uint64_t> seq{0};
+    std::uint64_t digest = 0;
+    std::byte data[inline_capacity];
+  };
+  static_assert(sizeof(area) == 256);
+
   std::atomic<std::uint64_t> arrived{0};
   std::atomic<std::uint64_t> finished{0};
   /// True from arrive() until the rank leaves the collective (returns from
@@ -64,6 +111,9 @@ struct alignas(64) collective_group::rank_slot {
   std::atomic<std::uint64_t> departed{0};
   /// The last collective this rank saw start (its own thread only).
   std::uint64_t started = 0;
+  /// The area of the rank's last arrival (its own thread only).
+  unsigned current_area = 1;
+  area areas[2];
   mutable std::mutex mutex;
   collective_fingerprint fingerprint;
   const void* payload = nullptr;
@@ -136,8 +186,15 @@ const void* collective_group::payload(std::size_t rank) const noexcept {
   return slots_[rank].payload;
 }
 
+const void* collective_group::inline_data(std::size_t rank, std::uint64_t seq) const noexcept {
+  const auto& areas = slots_[rank].areas;
+  return areas[areas[0].seq.load(std::memory_order_relaxed) == seq ? 0 : 1].data;
+}
+
 void collective_group::publish() {
-  changes_.fetch_add(1);
+  // Orders the change before the look at sleepers_ (a sleeper counts
+  // itself before it looks at the state), without a write to a shared line.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleepers_.load() > 0) {
     std::lock_guard lock{mutex_};
     changed_.notify_all();
@@ -240,7 +297,9 @@ bool collective_group::waiting(std::size_t rank, std::uint64_t from_seq) const n
 bool collective_group::withdraw(std::uint64_t seq) {
   auto word = arrivals_.load();
   for (;;) {
-    if (count_of(word) == participants_ && seq_of(word) == seq)
+    // A later collective opens only after this one started (this rank's
+    // arrival keeps its count above 0).
+    if ((count_of(word) == participants_ && seq_of(word) == seq) || seq_of(word) > seq)
       return false; // started: it runs to its end
     if (arrivals_.compare_exchange_weak(word, word - 1))
       return true;
@@ -260,8 +319,29 @@ void collective_group::arrive(std::size_t rank, const collective_fingerprint& mi
   }
 }
 
+void collective_group::arrive_inline(std::size_t rank, const collective_fingerprint& mine,
+                                     clock::time_point deadline, const void* data,
+                                     std::size_t bytes) {
+  check_rank(rank, "arrive_inline");
+  if (bytes > inline_capacity)
+    throw value_error("collective_group '" + tag_ + "': arrive_inline of " + std::to_string(bytes)
+                      + " bytes, more than the " + std::to_string(inline_capacity)
+                      + " a rank can publish inline");
+  auto& slot = slots_[rank];
+  slot.inside.store(true);
+  try {
+    rendezvous(rank, mine, deadline, nullptr, data, bytes);
+  } catch (...) {
+    slot.inside.store(false);
+    throw;
+  }
+  slot.finished.store(mine.seq, std::memory_order_relaxed);
+  slot.inside.store(false, std::memory_order_release);
+}
+
 void collective_group::rendezvous(std::size_t rank, const collective_fingerprint& mine,
-                                  clock::time_point deadline, const void* payload) {
+                                  clock::time_point deadline, const void* payload,
+                                  const void* inline_data, std::size_t inline_bytes) {
   if (aborted_flag_.load()) {
     std::lock_guard lock{mutex_};
     std::rethrow_exception(aborted_);
@@ -280,6 +360,17 @@ void collective_group::rendezvous(std::size_t rank, const collective_fingerprint
     slot.fingerprint = mine; // reuses the strings' and shape's storage
     slot.payload = payload;
   }
+  // The other area, unless the last arrival never started: then nobody has
+  // read its area, and it is the one a collective that did start (and may
+  // still be read) is not in.
+  if (slot.started == slot.arrived.load(std::memory_order_relaxed))
+    slot.current_area ^= 1;
+  auto& area = slot.areas[slot.current_area];
+  const auto digest = digest_of(mine);
+  area.digest = digest;
+  if (inline_bytes > 0)
+    std::memcpy(area.data, inline_data, inline_bytes);
+  area.seq.store(seq, std::memory_order_relaxed);
   slot.arrived.store(seq);
   if (may_be_refused(seq)) {
     std::lock_guard lock{mutex_};
@@ -305,8 +396,11 @@ void collective_group::rendezvous(std::size_t rank, const collective_fingerprint
           publish();
       }
     }
-    if (counted && word == pack(seq, participants_))
-      break; // started
+    // Started: the count reached N, or a later collective opened, which
+    // one-phase (inline) collectives let the fastest ranks do before a
+    // slow one looks.
+    if (counted && (word == pack(seq, participants_) || seq_of(word) > seq))
+      break;
     const auto timeouts_seen = timeouts_added_.load();
     const auto departures_seen = departures_.load();
     if (const auto gone = departed_rank(mine); gone != participants_) {
@@ -346,16 +440,21 @@ void collective_group::rendezvous(std::size_t rank, const collective_fingerprint
   // Rank 0 keeps the flight recorder, so its lines stay in one core's cache.
   if (rank == 0)
     record_start(mine);
-  check_fingerprints(rank, mine, deadline);
+  check_fingerprints(rank, mine, digest, deadline);
 }
 
 void collective_group::check_fingerprints(std::size_t rank, const collective_fingerprint& mine,
-                                          clock::time_point deadline) {
+                                          std::uint64_t digest, clock::time_point deadline) {
   bool same = true;
-  for (std::size_t r = 0; r < participants_ && same; ++r)
-    same = r == rank || slots_[r].fingerprint == mine;
+  for (std::size_t r = 0; r < participants_ && same; ++r) {
+    const auto& areas = slots_[r].areas;
+    const auto& area = areas[areas[0].seq.load(std::memory_order_relaxed) == mine.seq ? 0 : 1];
+    same = r == rank || area.digest == digest;
+  }
   if (same)
     return;
+  // Every rank sees the same digests, so none has left the collective and
+  // the slots' fingerprints are still the ones they issued.
   // Every rank sees the same fingerprints and throws the same error, after
   // the barrier: no rank may leave while another still reads its slot. The
   // error is the one a reduction of mismatched values raises (as
@@ -400,6 +499,9 @@ void collective_group::check_fingerprints(std::size_t rank, const collective_fin
                : "cannot reduce across " + plural + ": the shapes of " + rank_name(0)
                      + "'s tensors differ from " + rank_name(other) + "'s";
     kind = 2;
+  } else if (differs([](const auto& f) { return f.inline_data; })) {
+    lead = plural + " issued the same collective with different chunk sizes, so some "
+                    "published their data inline and some did not";
   } else {
     lead = plural + " issued collectives out of order";
   }
@@ -615,8 +717,10 @@ void collective_group::record_start(const collective_fingerprint& fingerprint) {
   entry.fingerprint = fingerprint;
   entry.start = clock::now();
   entry.started = true;
-  entry.ended = false;
-  entry.state = outcome::running;
+  // An inline collective is over once it starts: one lock records it whole.
+  entry.ended = fingerprint.inline_data;
+  entry.end = entry.start;
+  entry.state = fingerprint.inline_data ? outcome::completed : outcome::running;
 }
 
 void collective_group::record_unstarted(const collective_fingerprint& fingerprint,

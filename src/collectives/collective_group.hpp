@@ -33,6 +33,16 @@
 // either all ranks run it or none does. The group's mutex is taken only to
 // record a collective, on error paths, and to sleep.
 //
+// Small collectives meet once. `arrive_inline()` copies a rank's few bytes
+// of data (at most `inline_capacity`) into its slot with the fingerprint's
+// digest, and once the collective started every rank reads the others'
+// copies (`inline_data()`) and leaves: no barrier, since no rank reads
+// another's buffers. Each rank has two inline areas and writes the other one
+// when its last collective started, so a copy stays readable until every
+// rank has arrived at a later collective (which it does only after it has
+// read it); after an arrival that did not start (withdrawn), nobody read the
+// area, and the rank writes it again.
+//
 // A rank's sequence numbers must increase (`next_seq(rank)` gives the next
 // one), so a rank arriving late at a collective the others gave up on cannot
 // be mistaken for an arrival at the collective after it.
@@ -96,6 +106,9 @@ struct collective_fingerprint {
   /// The caller's epoch (a strategy's run call), 0 for none: a rank that
   /// departs this epoch (collective_group::depart) will not come.
   std::uint64_t epoch = 0;
+  /// True for a collective whose ranks publish their data inline
+  /// (collective_group::arrive_inline); it must be the same on every rank.
+  bool inline_data = false;
 
   /// The bytes of one rank's data: elements of `shape` times the dtype size.
   std::size_t bytes() const;
@@ -163,6 +176,22 @@ public:
   /// abort().
   void arrive(std::size_t rank, const collective_fingerprint& mine, clock::time_point deadline,
               const void* payload = nullptr);
+
+  /// The most bytes a rank can publish with arrive_inline().
+  static constexpr std::size_t inline_capacity = 240;
+
+  /// As arrive(), for a collective of at most inline_capacity bytes a rank:
+  /// publishes a copy of `bytes` bytes at `data`, meets the others, checks
+  /// the fingerprints and returns with the collective over for `rank` (no
+  /// wait_all_done()). The other ranks' copies are then readable with
+  /// inline_data() until `rank` arrives at its next collective. Throws as
+  /// arrive(), and value_error for more than inline_capacity bytes.
+  void arrive_inline(std::size_t rank, const collective_fingerprint& mine,
+                     clock::time_point deadline, const void* data, std::size_t bytes);
+
+  /// The copy `rank` published for collective `seq` with arrive_inline();
+  /// valid as that function says.
+  const void* inline_data(std::size_t rank, std::uint64_t seq) const noexcept;
 
   /// What `rank` published with its arrival at the running collective;
   /// valid between a successful arrive() and wait_all_done() of the caller.
@@ -249,8 +278,10 @@ private:
   void throw_if_refused(std::size_t rank, std::uint64_t seq, const collective_fingerprint& mine,
                         bool late_arrival);
   // arrive() while the rank's `inside` flag is set.
+  // With `inline_bytes` of `inline_data` published in the rank's inline area.
   void rendezvous(std::size_t rank, const collective_fingerprint& mine,
-                  clock::time_point deadline, const void* payload);
+                  clock::time_point deadline, const void* payload,
+                  const void* inline_data = nullptr, std::size_t inline_bytes = 0);
   // A rank that misses `mine` and departed its epoch, or participants_.
   std::size_t departed_rank(const collective_fingerprint& mine) const noexcept;
   // Takes back `rank`'s arrival at `seq`; false when `seq` started.
@@ -260,7 +291,7 @@ private:
   void time_out(std::uint64_t seq, const collective_fingerprint& mine, bool barrier);
   void check_rank(std::size_t rank, const char* call) const;
   void check_fingerprints(std::size_t rank, const collective_fingerprint& mine,
-                          clock::time_point deadline);
+                          std::uint64_t digest, clock::time_point deadline);
   void finish(std::size_t rank, std::uint64_t seq, clock::time_point deadline, outcome result);
   void record_start(const collective_fingerprint& fingerprint);
   void record_end(std::uint64_t seq, outcome result);
@@ -286,8 +317,7 @@ private:
   // (sequence number << 12) | count, for the rendezvous and the barrier.
   alignas(64) std::atomic<std::uint64_t> arrivals_{0};
   alignas(64) std::atomic<std::uint64_t> finishes_{0};
-  alignas(64) std::atomic<std::uint64_t> changes_{0};
-  std::atomic<int> sleepers_{0};
+  alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> has_timeouts_{false};
   std::atomic<std::uint64_t> timeouts_added_{0};
   std::atomic<bool> aborted_flag_{false};
