@@ -16,6 +16,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -474,6 +475,38 @@ TEST_CASE("ranks whose chunk sizes put one collective inline and another not fai
     CHECK_MESSAGE(o.kind.empty(), o.what);
   for (const auto& t : inputs)
     CHECK(t == tensor::filled(dtype::f32, {4}, 3.0));
+}
+
+TEST_CASE("claim hands out each piece of a collective once, and starts at 0 in the next") {
+  // Rank 0 takes every piece before the others look; the counts restart in
+  // each collective however many pieces the last one handed out.
+  constexpr std::size_t n = 3;
+  constexpr std::size_t pieces = 50;
+  collective_group group{n, "claims"};
+  const auto now = collective_group::clock::now;
+  for (std::uint64_t seq = 1; seq <= 20; ++seq) {
+    std::vector<std::vector<std::size_t>> claimed(n);
+    std::atomic<bool> rank0_done{false};
+    auto outcomes = run_ranks(n, [&](std::size_t rank) {
+      group.arrive(rank, fingerprint(seq, dtype::f32, {1}), now() + 20s);
+      if (seq % 2 == 1 && rank != 0)
+        wait_for([&] { return rank0_done.load(); });
+      for (auto piece = group.claim(); piece < pieces; piece = group.claim())
+        claimed[rank].push_back(piece);
+      rank0_done.store(true);
+      group.wait_all_done(rank, seq, now() + 20s);
+    });
+    for (const auto& o : outcomes)
+      CHECK_MESSAGE(o.kind.empty(), o.what);
+    std::vector<int> times(pieces, 0);
+    for (const auto& mine : claimed)
+      for (auto piece : mine)
+        ++times[piece];
+    INFO("collective #" << seq);
+    CHECK(std::count(times.begin(), times.end(), 1) == static_cast<long>(pieces));
+    if (seq % 2 == 1)
+      CHECK(claimed[0].size() == pieces);
+  }
 }
 
 TEST_CASE("arrive_inline takes at most inline_capacity bytes") {

@@ -88,6 +88,11 @@ void prefetch_segment(const collective_group& group, std::size_t index, std::siz
   }
 }
 
+/// About how many slices a rank's share of a range is cut into: enough that
+/// ranks with a CPU can take over the slices of ranks without one, few
+/// enough that claiming costs nothing next to a slice's work.
+constexpr std::size_t slices_per_rank = 4;
+
 /// How many tensors ahead reduce_slice prefetches, and at most how many
 /// bytes of each.
 constexpr std::size_t prefetch_distance = 2;
@@ -350,13 +355,14 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   }
   group.arrive(rank, fingerprint, deadline, &published);
 
-  const auto n = group.size();
+  // The range is cut into slices of at least a chunk, about 4 per rank, and
+  // each rank reduces the slices it claims until none is left: the ranks
+  // that have a CPU do the work of those that wait for one.
   const auto begin = mine.begin;
   const auto elements = end - begin;
-  const auto per_rank = elements / n;
-  const auto remainder = elements % n;
-  const auto first = begin + rank * per_rank + std::min(rank, remainder);
-  const auto last = first + per_rank + (rank < remainder ? 1 : 0);
+  const auto chunk_elements = std::max<std::size_t>(1, chunk_bytes / size_of(fingerprint.dtype));
+  const auto slice = std::max(chunk_elements, elements / (slices_per_rank * group.size()));
+  const auto slices = (elements + slice - 1) / slice;
 
   // Only growing the scratch block can throw here; a rank that cannot do
   // its share would leave the others waiting, so it breaks the group.
@@ -364,7 +370,10 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
     if (!mine.inputs.empty())
       visit_dtype(fingerprint.dtype, [&]<class T>(T) {
         dispatch_op(op, [&](auto op_constant) {
-          reduce_slice<decltype(op_constant)::value, T>(group, mine, first, last, chunk_bytes);
+          for (auto s = group.claim(); s < slices; s = group.claim())
+            reduce_slice<decltype(op_constant)::value, T>(
+                group, mine, begin + s * slice, std::min(end, begin + (s + 1) * slice),
+                chunk_bytes);
         });
       });
   } catch (...) {

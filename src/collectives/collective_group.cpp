@@ -371,6 +371,11 @@ void collective_group::rendezvous(std::size_t rank, const collective_fingerprint
   if (inline_bytes > 0)
     std::memcpy(area.data, inline_data, inline_bytes);
   area.seq.store(seq, std::memory_order_relaxed);
+  // Every claim of the last collective that this rank made happened before
+  // this; every claim of this one will happen after it started, which
+  // takes this rank's arrival below.
+  if (!mine.inline_data)
+    claims_.store(0, std::memory_order_relaxed);
   slot.arrived.store(seq);
   if (may_be_refused(seq)) {
     std::lock_guard lock{mutex_};

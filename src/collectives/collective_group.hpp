@@ -193,6 +193,13 @@ public:
   /// valid as that function says.
   const void* inline_data(std::size_t rank, std::uint64_t seq) const noexcept;
 
+  /// The next unclaimed piece of work of the running collective (0, 1, ...):
+  /// each number goes to exactly one caller, so ranks can share out a
+  /// collective's slices as they come. Valid between a successful arrive()
+  /// and wait_all_done(); every arrive() resets the count before it counts
+  /// itself in, so it starts at 0 in every collective.
+  std::size_t claim() noexcept { return claims_.fetch_add(1, std::memory_order_relaxed); }
+
   /// What `rank` published with its arrival at the running collective;
   /// valid between a successful arrive() and wait_all_done() of the caller.
   const void* payload(std::size_t rank) const noexcept;
@@ -317,6 +324,7 @@ private:
   // (sequence number << 12) | count, for the rendezvous and the barrier.
   alignas(64) std::atomic<std::uint64_t> arrivals_{0};
   alignas(64) std::atomic<std::uint64_t> finishes_{0};
+  alignas(64) std::atomic<std::size_t> claims_{0};
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> has_timeouts_{false};
   std::atomic<std::uint64_t> timeouts_added_{0};
