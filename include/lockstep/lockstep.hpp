@@ -6,6 +6,7 @@
 #include "lockstep/config.hpp"
 #include "lockstep/context.hpp"
 #include "lockstep/cross_device_ops.hpp"
+#include "lockstep/dataset.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/mirrored_strategy.hpp"
