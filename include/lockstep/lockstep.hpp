@@ -9,6 +9,7 @@
 #include "lockstep/dataset.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
+#include "lockstep/idx.hpp"
 #include "lockstep/mirrored_strategy.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/one_device_strategy.hpp"
