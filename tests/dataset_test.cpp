@@ -222,6 +222,11 @@ TEST_CASE("every pass over a dataset starts from the first element") {
     rest.push_back(x);
   CHECK(rest == ints{3});
   CHECK(drain(std::move(b)) == ints{1, 2, 3});
+  // A range-for over a fresh iterator (the form a training loop uses).
+  ints epoch;
+  for (auto& x : ds.make_iterator(3))
+    epoch.push_back(x);
+  CHECK(epoch == ints{0, 1, 2, 3});
 }
 
 TEST_CASE("an iterator outlives the dataset it came from") {
