@@ -1,11 +1,15 @@
 // dataset<T>: sources, transformations and iteration of the input pipeline.
 // The prefetch cases start the process's actor system (an input actor per
-// iterator): suite 'replicas'. Every other case is deterministic and
-// single-threaded.
+// iterator): suite 'replicas'. The prefetch_buffer cases drive the input
+// actor's buffer from plain threads, without CAF, so that they can run under
+// ThreadSanitizer (-tc='prefetch_buffer*'); every other case is
+// deterministic and single-threaded.
 
 #include "lockstep/dataset.hpp"
 
 #include <doctest/doctest.h>
+
+#include "input_actor.hpp"
 
 #include "test_support.hpp"
 
@@ -540,6 +544,92 @@ TEST_CASE("repeat and take reject negative counts") {
   CHECK(error_of<value_error>([&] { ds.take(-1); })
         == "take: count must not be negative (currently count = -1); to keep every element, "
            "leave out take.");
+}
+
+// -- prefetch_buffer (no actor system) -----------------------------------------------------
+
+namespace {
+
+/// Records the thread that destroyed it.
+struct destruction_probe {
+  explicit destruction_probe(std::shared_ptr<std::atomic<std::thread::id>> where)
+    : where_(std::move(where)) {}
+  ~destruction_probe() { *where_ = std::this_thread::get_id(); }
+  std::shared_ptr<std::atomic<std::thread::id>> where_;
+};
+
+} // namespace
+
+TEST_CASE("prefetch_buffer hands elements, then the producer's exception, across threads") {
+  auto next = std::make_shared<std::int64_t>(0);
+  actors::prefetch_buffer buffer{[next]() -> std::shared_ptr<void> {
+    if (*next == 100)
+      throw input_failure("after 100");
+    return std::make_shared<std::int64_t>((*next)++);
+  }};
+  std::thread producer{[&] {
+    while (buffer.produce_one()) {
+    }
+  }};
+  for (std::int64_t i = 0; i < 100; ++i) {
+    auto x = buffer.take(10s);
+    REQUIRE(x);
+    CHECK(*static_cast<std::int64_t*>(x.get()) == i);
+  }
+  CHECK(error_of<input_failure>([&] { buffer.take(10s); }) == "after 100");
+  CHECK(buffer.take(10s) == nullptr);
+  producer.join();
+  CHECK(buffer.produced() == 100);
+  CHECK(buffer.cancel(10s));
+  CHECK_FALSE(buffer.produce_one());
+}
+
+TEST_CASE("prefetch_buffer::cancel destroys the producer on the consumer's thread") {
+  auto destroyed_on = std::make_shared<std::atomic<std::thread::id>>();
+  auto entered = std::make_shared<std::atomic<bool>>(false);
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto probe = std::make_shared<destruction_probe>(destroyed_on);
+  actors::prefetch_buffer buffer{[probe = std::move(probe), entered, release]() -> std::shared_ptr<void> {
+    *entered = true;
+    while (!*release)
+      std::this_thread::yield();
+    return std::make_shared<int>(1);
+  }};
+  std::atomic<bool> more{true};
+  std::thread producer{[&] { more = buffer.produce_one(); }};
+  REQUIRE(eventually([&] { return entered->load(); }));
+  std::thread releaser{[&] {
+    std::this_thread::sleep_for(20ms);
+    *release = true;
+  }};
+  CHECK(buffer.cancel(10s)); // waits for the running call, then destroys the producer here
+  CHECK(destroyed_on->load() == std::this_thread::get_id());
+  producer.join();
+  releaser.join();
+  CHECK_FALSE(more.load()); // the late element is dropped
+  CHECK(buffer.produced() == 0);
+}
+
+TEST_CASE("prefetch_buffer::cancel leaves a stuck producer to the actor's thread") {
+  auto destroyed_on = std::make_shared<std::atomic<std::thread::id>>();
+  auto entered = std::make_shared<std::atomic<bool>>(false);
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto probe = std::make_shared<destruction_probe>(destroyed_on);
+  actors::prefetch_buffer buffer{[probe = std::move(probe), entered, release]() -> std::shared_ptr<void> {
+    *entered = true;
+    while (!*release)
+      std::this_thread::yield();
+    return std::make_shared<int>(1);
+  }};
+  std::thread::id producer_id;
+  std::thread producer{[&] { buffer.produce_one(); }};
+  producer_id = producer.get_id();
+  REQUIRE(eventually([&] { return entered->load(); }));
+  CHECK_FALSE(buffer.cancel(10ms)); // gives up: the producer is still running
+  CHECK(destroyed_on->load() == std::thread::id{});
+  *release = true;
+  producer.join();
+  CHECK(destroyed_on->load() == producer_id);
 }
 
 // -- prefetch ----------------------------------------------------------------------------
