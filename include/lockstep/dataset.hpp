@@ -76,16 +76,24 @@ public:
 
 // -- argument checks (value_error with TF's messages) --------------------------
 
+/// batch_size > 0.
 void check_batch_size(std::int64_t batch_size);
+/// buffer_size > 0.
 void check_shuffle_buffer_size(std::int64_t buffer_size);
+/// buffer_size > 0, and a given timeout in (0, runtime_options::max_timeout].
 void check_prefetch(std::int64_t buffer_size, std::optional<std::chrono::milliseconds> timeout);
+/// count >= 0 for `operation` ("repeat" or "take").
 void check_count(const char* operation, std::int64_t count);
+/// num_shards > 0 and 0 <= index < num_shards.
 void check_shard(std::int64_t num_shards, std::int64_t index);
 
 // -- sources (src/dataset.cpp) -------------------------------------------------
 
+/// The rows of `components` (from_tensor_slices of a tensor).
 std::shared_ptr<const stage<tensor>> tensor_slices_stage(const tensor& components);
+/// The rows of every leaf of `components`, in its structure.
 std::shared_ptr<const stage<nest<tensor>>> nest_slices_stage(const nest<tensor>& components);
+/// start, start + step, ... before stop.
 std::shared_ptr<const stage<std::int64_t>> range_stage(std::int64_t start, std::int64_t stop,
                                                        std::int64_t step);
 
@@ -153,6 +161,7 @@ private:
 /// is the end of the data.
 class prefetch_channel {
 public:
+  /// Makes one element (a T behind the pointer); null at the end of the data.
   using producer = std::function<std::shared_ptr<void>()>;
 
   /// Starts an input actor that calls `produce` until `buffer_size` elements
@@ -165,8 +174,10 @@ public:
   /// produced, then destroys the producer on this thread.
   ~prefetch_channel();
 
-  prefetch_channel(prefetch_channel&&) noexcept;
-  prefetch_channel& operator=(prefetch_channel&&) noexcept;
+  /// Takes over `other`'s actor; `other` may then only be destroyed.
+  prefetch_channel(prefetch_channel&& other) noexcept;
+  /// Stops this channel's actor and takes over `other`'s.
+  prefetch_channel& operator=(prefetch_channel&& other) noexcept;
 
   /// The next element; null at the end of the data. Rethrows the
   /// producer's exception (after the elements produced before it); throws
@@ -184,6 +195,7 @@ std::shared_ptr<void> input_runtime();
 
 // -- transformation stages -------------------------------------------------------
 
+/// `fn(element)` for every element of `upstream`.
 template <class T, class U>
 class map_stage final : public stage<U> {
 public:
@@ -219,6 +231,7 @@ private:
   std::shared_ptr<const function> fn_;
 };
 
+/// `batch_size` consecutive elements stacked by batch_traits<T>.
 template <class T>
 class batch_stage final : public stage<typename batch_traits<T>::type> {
 public:
@@ -263,6 +276,7 @@ private:
   bool drop_remainder_;
 };
 
+/// TF's buffer shuffle, ordered by (seed, iteration).
 template <class T>
 class shuffle_stage final : public stage<T> {
 public:
@@ -331,6 +345,7 @@ private:
   mutable std::atomic<std::uint64_t> iterations_{0};
 };
 
+/// The elements of `upstream`, pass after pass.
 template <class T>
 class repeat_stage final : public stage<T> {
 public:
@@ -384,6 +399,7 @@ private:
   std::optional<std::uint64_t> count_;
 };
 
+/// Every `num_shards`-th element from `index`.
 template <class T>
 class shard_stage final : public stage<T> {
 public:
@@ -423,6 +439,7 @@ private:
   std::uint64_t index_;
 };
 
+/// The first `count` elements.
 template <class T>
 class take_stage final : public stage<T> {
 public:
@@ -457,6 +474,7 @@ private:
   std::uint64_t count_;
 };
 
+/// The elements of `upstream`, produced ahead by an input actor.
 template <class T>
 class prefetch_stage final : public stage<T> {
 public:
@@ -520,16 +538,21 @@ public:
     using difference_type = std::ptrdiff_t;
     using reference = T&;
 
+    /// An iterator at the end of the data.
     input_iterator() = default;
 
     /// The current element; valid until the next increment.
     T& operator*() const { return *cursor_->current; }
+
+    /// The current element's address; valid until the next increment.
     T* operator->() const { return &*cursor_->current; }
 
+    /// Reads the next element (exceptions from the pipeline propagate).
     input_iterator& operator++() {
       cursor_->current = cursor_->source->next();
       return *this;
     }
+    /// As the prefix increment (an input iterator's copy would share the position).
     void operator++(int) { ++*this; }
 
     /// True at the end of the data.
@@ -553,6 +576,7 @@ public:
     std::shared_ptr<cursor> cursor_;
   };
 
+  /// A pass over `source`, opened by dataset::make_iterator.
   explicit dataset_iterator(std::unique_ptr<detail::source<T>> source)
     : source_(std::move(source)) {}
 
@@ -565,6 +589,7 @@ public:
   /// equal to `end()`.
   input_iterator begin() { return input_iterator{source_}; }
 
+  /// The end of the data, for range-for.
   std::default_sentinel_t end() const noexcept { return {}; }
 
 private:
@@ -588,6 +613,7 @@ private:
 template <class T>
 class dataset {
 public:
+  /// The type of one element.
   using element_type = T;
 
   /// A dataset whose elements come from `stage`.
@@ -728,6 +754,7 @@ public:
   /// A fresh pass for range-for, as `make_iterator()`.
   typename dataset_iterator<T>::input_iterator begin() const { return make_iterator().begin(); }
 
+  /// The end of the data, for range-for.
   std::default_sentinel_t end() const noexcept { return {}; }
 
 private:
