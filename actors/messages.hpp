@@ -2,6 +2,7 @@
 
 // Every message of lockstep's actor protocol, in one place.
 //
+// Plain data messages (input_demand) have an inspect() next to them.
 // In-process messages carry a replica function, a merge function or an
 // exception: closures and exception_ptrs have no wire format, so these types
 // are local-only (CAF_ALLOW_UNSAFE_MESSAGE_TYPE) and never registered with
@@ -18,6 +19,7 @@
 #include "variable_creation.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/meta/type_name.hpp>
 
 #include <any>
 #include <chrono>
@@ -68,6 +70,17 @@ struct abort_message {
   std::uint64_t first_seq;
   std::uint64_t last_seq;
 };
+
+/// consumer -> input actor: produce `count` more elements (credit-based flow
+/// control of a prefetch buffer; see input_actor.hpp).
+struct input_demand {
+  std::uint64_t count;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, input_demand& x) {
+  return f(caf::meta::type_name("input_demand"), x.count);
+}
 
 } // namespace lockstep::actors
 

@@ -14,7 +14,8 @@ packages=(
   nlohmann-json3-dev    # cluster specs (TF_CONFIG), checkpoints
   libspdlog-dev         # logging (brings libfmt-dev)
   libeigen3-dev
-  zlib1g-dev
+  zlib1g-dev            # gzip: checkpoints, IDX datasets
+  dataset-fashion-mnist # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist): examples, tests/idx_test
   gnuplot-nox           # plots of benchmark tables
 )
 
