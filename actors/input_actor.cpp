@@ -95,6 +95,11 @@ std::uint64_t prefetch_buffer::produced() const {
   return produced_;
 }
 
+std::size_t prefetch_buffer::ready() const {
+  std::lock_guard<std::mutex> lock{mutex_};
+  return ready_.size();
+}
+
 // -- the actor --------------------------------------------------------------------
 
 namespace {

@@ -68,6 +68,9 @@ public:
   /// How many elements the producer made (for diagnostics).
   std::uint64_t produced() const;
 
+  /// How many produced elements wait for the consumer.
+  std::size_t ready() const;
+
 private:
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -57,6 +57,14 @@ std::shared_ptr<void> prefetch_channel::next() {
   return element;
 }
 
+std::size_t prefetch_channel::ready() const {
+  return impl_->buffer->ready();
+}
+
+std::uint64_t prefetch_channel::produced() const {
+  return impl_->buffer->produced();
+}
+
 std::shared_ptr<void> input_runtime() {
   return actors::shared_actor_system();
 }

@@ -72,6 +72,12 @@ public:
 
   /// A fresh iteration from the first element.
   virtual std::unique_ptr<source<T>> open(const iteration_key& key) const = 0;
+
+  /// The size of dimension 0 of every element, when it is known without
+  /// iterating (TF's static batch dimension): set by `batch(n, true)` and
+  /// kept by the stages that pass elements through unchanged; nullopt
+  /// otherwise.
+  virtual std::optional<std::int64_t> static_batch_size() const { return std::nullopt; }
 };
 
 // -- argument checks (value_error with TF's messages) --------------------------
@@ -184,6 +190,12 @@ public:
   /// timeout_error if none arrives within the timeout.
   std::shared_ptr<void> next();
 
+  /// How many elements the actor produced that `next` has not returned yet.
+  std::size_t ready() const;
+
+  /// How many elements the actor produced in all.
+  std::uint64_t produced() const;
+
 private:
   struct impl;
   std::unique_ptr<impl> impl_;
@@ -245,6 +257,13 @@ public:
     return std::make_unique<batched>(upstream_->open(key), batch_size_, drop_remainder_);
   }
 
+  /// `batch_size` when the remainder is dropped: every batch is full.
+  std::optional<std::int64_t> static_batch_size() const override {
+    if (!drop_remainder_)
+      return std::nullopt;
+    return static_cast<std::int64_t>(batch_size_);
+  }
+
 private:
   class batched final : public source<batch_type> {
   public:
@@ -293,6 +312,10 @@ public:
       iteration = key.epoch ? *key.epoch : iterations_.fetch_add(1, std::memory_order_relaxed);
     return std::make_unique<shuffled>(upstream_->open(key), buffer_size_,
                                       shuffle_random{seed_, iteration});
+  }
+
+  std::optional<std::int64_t> static_batch_size() const override {
+    return upstream_->static_batch_size();
   }
 
 private:
@@ -357,6 +380,10 @@ public:
     return std::make_unique<repeated>(upstream_, count_, key);
   }
 
+  std::optional<std::int64_t> static_batch_size() const override {
+    return upstream_->static_batch_size();
+  }
+
 private:
   class repeated final : public source<T> {
   public:
@@ -411,6 +438,10 @@ public:
     return std::make_unique<sharded>(upstream_->open(key), num_shards_, index_);
   }
 
+  std::optional<std::int64_t> static_batch_size() const override {
+    return upstream_->static_batch_size();
+  }
+
 private:
   class sharded final : public source<T> {
   public:
@@ -448,6 +479,10 @@ public:
 
   std::unique_ptr<source<T>> open(const iteration_key& key) const override {
     return std::make_unique<taken>(upstream_->open(key), count_);
+  }
+
+  std::optional<std::int64_t> static_batch_size() const override {
+    return upstream_->static_batch_size();
   }
 
 private:
@@ -493,6 +528,10 @@ public:
     };
     return std::make_unique<prefetched>(
       prefetch_channel{buffer_size_, timeout_, std::move(produce)});
+  }
+
+  std::optional<std::int64_t> static_batch_size() const override {
+    return upstream_->static_batch_size();
   }
 
 private:
@@ -739,6 +778,12 @@ public:
   }
 
   // -- iteration --------------------------------------------------------------------
+
+  /// The size of dimension 0 of every element when it is known without
+  /// iterating: `batch(n, true)` sets it to n, and shuffle, repeat, shard,
+  /// take and prefetch keep it; sources, `map` and `batch(n, false)` leave
+  /// it unknown (nullopt). experimental_distribute_dataset checks it.
+  std::optional<std::int64_t> static_batch_size() const { return stage_->static_batch_size(); }
 
   /// A fresh pass; reshuffling stages count it as their next iteration.
   dataset_iterator<T> make_iterator() const {
