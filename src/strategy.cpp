@@ -169,6 +169,12 @@ void throw_non_distributed(reduce_op op, const std::string& value) {
                     + ".");
 }
 
+std::vector<device_spec> replica_devices(const strategy_state& state) {
+  if (state.kind == strategy_kind::default_strategy)
+    return {current_device()};
+  return state.devices;
+}
+
 std::size_t replica_id(const replica_context& ctx) {
   return ctx.replica_id_in_sync_group();
 }

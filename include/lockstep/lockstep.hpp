@@ -7,6 +7,7 @@
 #include "lockstep/context.hpp"
 #include "lockstep/cross_device_ops.hpp"
 #include "lockstep/dataset.hpp"
+#include "lockstep/distributed_dataset.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/idx.hpp"

@@ -2,6 +2,7 @@
 
 #include "lockstep/cross_device_ops.hpp"
 #include "lockstep/device_spec.hpp"
+#include "lockstep/distributed_dataset.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/update.hpp"
@@ -82,6 +83,10 @@ decltype(auto) invoke_replica_fn(F& fn, replica_context& ctx, Args&&... args) {
 }
 
 std::size_t replica_id(const replica_context& ctx);
+
+/// The device of each replica, in replica order: the strategy's devices;
+/// for the default strategy, the calling thread's current device.
+std::vector<device_spec> replica_devices(const strategy_state& state);
 
 } // namespace detail
 
@@ -392,6 +397,78 @@ public:
   }
 
   std::size_t num_replicas_in_sync() const noexcept;
+
+  // -- distributed input ------------------------------------------------------
+
+  /// TF's experimental_distribute_dataset: each element of `data` is a
+  /// global batch (a tensor, or a nest of tensors that agree in dimension
+  /// 0), split along dimension 0 into `num_replicas_in_sync()` per-replica
+  /// batches, consecutive and in replica order, each copied to its
+  /// replica's device. A partial last batch is split as evenly as possible
+  /// (the first replicas get one row more); replicas left without rows get
+  /// empty batches, so every replica sees the same number of steps. Throws
+  /// value_error ("Batch size 6 cannot be sharded evenly across replicas
+  /// 4") when `data.static_batch_size()` is known and not divisible.
+  template <distributable T>
+  distributed_dataset<T> experimental_distribute_dataset(const dataset<T>& data,
+                                                         const input_options& options = {}) const {
+    auto devices = detail::replica_devices(*state_);
+    detail::check_shardable(data.static_batch_size(), devices.size());
+    return distributed_dataset<T>{data, distributed_dataset<T>::mode::split_global_batches,
+                                  std::move(devices), options};
+  }
+
+  /// TF's experimental_distribute_datasets_from_function: calls
+  /// `fn(const input_context&)` once, for the one input pipeline of this
+  /// worker (num_input_pipelines 1, input_pipeline_id 0), and distributes
+  /// the dataset it returns, whose elements are per-replica batches:
+  /// step k gives replica r element k * num_replicas_in_sync() + r. When
+  /// the data ends in the middle of a step, the replicas after the last
+  /// element get empty batches shaped like the step's first.
+  template <class F>
+  auto experimental_distribute_datasets_from_function(F&& fn,
+                                                      const input_options& options = {}) const {
+    using result_type = std::decay_t<std::invoke_result_t<F&, const input_context&>>;
+    using element_type = typename result_type::element_type;
+    static_assert(std::is_same_v<result_type, dataset<element_type>>,
+                  "the input function must return a dataset");
+    auto devices = detail::replica_devices(*state_);
+    const input_context context{1, 0, devices.size()};
+    dataset<element_type> data = fn(context);
+    return distributed_dataset<element_type>{
+      std::move(data), distributed_dataset<element_type>::mode::per_replica_batches,
+      std::move(devices), options};
+  }
+
+  /// TF's make_input_fn_iterator: an iterator over
+  /// `experimental_distribute_datasets_from_function(fn)`. Only
+  /// `input_replication_mode::per_worker` is supported; any other mode
+  /// throws value_error ("Input replication mode not supported: ...").
+  template <class F>
+  auto make_input_fn_iterator(F&& fn,
+                              input_replication_mode mode = input_replication_mode::per_worker,
+                              const input_options& options = {}) const {
+    detail::check_input_replication_mode(mode);
+    return experimental_distribute_datasets_from_function(std::forward<F>(fn), options)
+      .make_iterator();
+  }
+
+  /// TF's experimental_distribute_values_from_function: calls
+  /// `fn(const value_context&)` once per replica, in replica order, on the
+  /// calling thread with that replica's device as the current device, and
+  /// returns the results as a per_replica (always, as TF wraps even one).
+  template <class F>
+  auto experimental_distribute_values_from_function(F&& fn) const {
+    using result_type = std::decay_t<std::invoke_result_t<F&, const value_context&>>;
+    const auto devices = detail::replica_devices(*state_);
+    std::vector<result_type> values;
+    values.reserve(devices.size());
+    for (std::size_t r = 0; r < devices.size(); ++r) {
+      device_scope on_device{devices[r]};
+      values.push_back(fn(value_context{r, devices.size()}));
+    }
+    return per_replica<result_type>{std::move(values)};
+  }
 
   strategy_extended& extended() const noexcept;
 

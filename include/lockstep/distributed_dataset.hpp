@@ -1,0 +1,301 @@
+#pragma once
+
+// Distributed input (TF's input_lib): a dataset of global batches, or of
+// per-replica batches from an input function, iterated as steps whose leaves
+// are per_replica<tensor>, one component on each replica's device.
+// A step is `regroup_t<T>` for an element type T: `per_replica<tensor>` for
+// tensor elements and `nest<per_replica<tensor>>` for nest elements, the
+// type `regroup` gives for values returned by `run`, so `strategy::run`
+// passes replica r its own `tensor` or `nest<tensor>` through
+// `select_replica`. Strategies make these (strategy.hpp); this header has
+// the types.
+
+#include "lockstep/dataset.hpp"
+#include "lockstep/device_spec.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/nest.hpp"
+#include "lockstep/tensor.hpp"
+#include "lockstep/values.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lockstep {
+
+// -- contexts and options ------------------------------------------------------
+
+/// TF's InputReplicationMode. Only `per_worker` is supported (as in TF's
+/// strategies): one input pipeline per worker, feeding all its replicas.
+enum class input_replication_mode { per_worker, per_replica };
+
+/// "input_replication_mode::per_worker".
+std::string to_string(input_replication_mode mode);
+
+/// TF's InputContext: what an input function is told about the pipeline it
+/// builds. One worker here: one pipeline, with id 0.
+class input_context {
+public:
+  input_context(std::size_t num_input_pipelines = 1, std::size_t input_pipeline_id = 0,
+                std::size_t num_replicas_in_sync = 1) noexcept
+    : num_input_pipelines_(num_input_pipelines),
+      input_pipeline_id_(input_pipeline_id),
+      num_replicas_in_sync_(num_replicas_in_sync) {}
+
+  /// How many input pipelines feed the replicas.
+  std::size_t num_input_pipelines() const noexcept { return num_input_pipelines_; }
+
+  /// This pipeline's index in [0, num_input_pipelines()).
+  std::size_t input_pipeline_id() const noexcept { return input_pipeline_id_; }
+
+  /// The number of replicas the steps feed.
+  std::size_t num_replicas_in_sync() const noexcept { return num_replicas_in_sync_; }
+
+  /// `global_batch_size / num_replicas_in_sync()`. Throws value_error with
+  /// TF's message unless it divides evenly.
+  std::int64_t get_per_replica_batch_size(std::int64_t global_batch_size) const;
+
+private:
+  std::size_t num_input_pipelines_;
+  std::size_t input_pipeline_id_;
+  std::size_t num_replicas_in_sync_;
+};
+
+/// TF's ValueContext: which replica an
+/// `experimental_distribute_values_from_function` call makes a value for.
+class value_context {
+public:
+  value_context(std::size_t replica_id_in_sync_group = 0,
+                std::size_t num_replicas_in_sync = 1) noexcept
+    : replica_id_in_sync_group_(replica_id_in_sync_group),
+      num_replicas_in_sync_(num_replicas_in_sync) {}
+
+  std::size_t replica_id_in_sync_group() const noexcept { return replica_id_in_sync_group_; }
+
+  std::size_t num_replicas_in_sync() const noexcept { return num_replicas_in_sync_; }
+
+private:
+  std::size_t replica_id_in_sync_group_;
+  std::size_t num_replicas_in_sync_;
+};
+
+/// Settings of distributed input (TF's tf.distribute.InputOptions).
+struct input_options {
+  /// How many steps the input actor places on the replicas' devices ahead
+  /// of the consumer (TF's per-device prefetch); at least 1.
+  std::size_t prefetch_depth = 2;
+  /// The longest wait of `next` for a step; unset: the runtime options'
+  /// timeout.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+/// The element types that can be distributed: tensors and nests of tensors,
+/// with the batch in dimension 0 of every leaf.
+template <class T>
+concept distributable = std::same_as<T, tensor> || std::same_as<T, nest<tensor>>;
+
+namespace detail {
+
+/// Rows [begin, begin + count) of `x` as a new tensor on `device`; count 0
+/// gives dimension 0 of size 0 with `x`'s other dimensions and dtype.
+tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
+                    const device_spec& device);
+
+/// Splits `batch` along dimension 0 into one part per device, consecutive
+/// and in device order, as evenly as possible (the first parts get one row
+/// more), each copied to its device. value_error for a scalar.
+std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices);
+
+/// value_error "Batch size <b> cannot be sharded evenly across replicas <n>"
+/// when `batch_size` is known and not divisible by `replicas`.
+void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replicas);
+
+/// value_error unless prefetch_depth >= 1 and a given timeout is positive.
+void check_input_options(const input_options& options);
+
+/// value_error "Input replication mode not supported: <mode>" unless per_worker.
+void check_input_replication_mode(input_replication_mode mode);
+
+/// One step from one global batch: each leaf split by `split_batch`.
+inline per_replica<tensor> split_step(const tensor& batch,
+                                      const std::vector<device_spec>& devices) {
+  return per_replica<tensor>{split_batch(batch, devices)};
+}
+
+inline nest<per_replica<tensor>> split_step(const nest<tensor>& batch,
+                                            const std::vector<device_spec>& devices) {
+  std::vector<per_replica<tensor>> leaves;
+  batch.visit_leaves([&](const tensor& leaf) { leaves.emplace_back(split_batch(leaf, devices)); });
+  return batch.pack(leaves);
+}
+
+/// One step from up to one element per device (element r for replica r,
+/// copied to device r); replicas past the last element get an empty batch
+/// shaped like element 0. Elements must share element 0's structure.
+per_replica<tensor> gather_step(const std::vector<tensor>& elements,
+                                const std::vector<device_spec>& devices);
+
+nest<per_replica<tensor>> gather_step(const std::vector<nest<tensor>>& elements,
+                                      const std::vector<device_spec>& devices);
+
+/// A source whose elements come out of a prefetch channel.
+template <class E>
+class channel_source final : public source<E> {
+public:
+  explicit channel_source(std::shared_ptr<prefetch_channel> channel)
+    : channel_(std::move(channel)) {}
+
+  std::optional<E> next() override {
+    auto x = channel_->next();
+    if (!x)
+      return std::nullopt;
+    return std::move(*static_cast<E*>(x.get()));
+  }
+
+private:
+  std::shared_ptr<prefetch_channel> channel_;
+};
+
+} // namespace detail
+
+// -- iteration -------------------------------------------------------------------
+
+/// One pass over a distributed dataset (TF's DistributedIterator). Each step
+/// is `regroup_t<T>`: per_replica<tensor> for tensor elements,
+/// nest<per_replica<tensor>> for nests, with replica r's batch on replica
+/// r's device; pass it to `strategy::run` and replica r receives its batch.
+/// Every replica sees the same number of steps: a replica that has no data
+/// left in the last step gets an empty batch (dimension 0 of size 0).
+///
+/// An input actor makes the steps ahead of the consumer, at most
+/// `input_options::prefetch_depth` of them, already copied to the devices.
+/// Move-only; `next()` and range-for consume the same steps. Not for use
+/// from several threads at once.
+template <distributable T>
+class distributed_iterator {
+public:
+  /// The type of one step.
+  using element_type = regroup_t<T>;
+
+  /// A pass whose steps `channel` delivers; made by distributed_dataset.
+  explicit distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel)
+    : channel_(channel),
+      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))) {}
+
+  /// The next step, or an empty optional at the end of the data (and on
+  /// every call after it). Exceptions from the pipeline propagate, as does
+  /// timeout_error when no step arrives within the timeout.
+  std::optional<element_type> next() { return steps_.next(); }
+
+  /// Reads the next step and points at it, for range-for.
+  auto begin() { return steps_.begin(); }
+
+  /// The end of the data, for range-for.
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+  /// How many steps are already on the devices, made ahead and not yet
+  /// returned (at most the prefetch depth).
+  std::size_t prefetched() const { return channel_->ready(); }
+
+  /// How many steps the input actor has made in all.
+  std::uint64_t produced() const { return channel_->produced(); }
+
+private:
+  std::shared_ptr<detail::prefetch_channel> channel_;
+  dataset_iterator<element_type> steps_;
+};
+
+// -- distributed dataset -----------------------------------------------------------
+
+/// TF's DistributedDataset: a dataset whose steps feed every replica of a
+/// strategy. Made by `strategy::experimental_distribute_dataset` (elements
+/// are global batches, each split into one per-replica batch per replica)
+/// or `experimental_distribute_datasets_from_function` (elements are
+/// per-replica batches, handed to the replicas in turn). A cheap handle:
+/// each iteration opens a fresh pass of the underlying dataset.
+template <distributable T>
+class distributed_dataset {
+public:
+  /// The type of one step.
+  using element_type = regroup_t<T>;
+
+  /// How elements become steps.
+  enum class mode {
+    /// Each element is a global batch, split along dimension 0.
+    split_global_batches,
+    /// Consecutive elements go to replica 0, 1, ..., n-1: one step.
+    per_replica_batches,
+  };
+
+  /// `devices`: the replicas' devices, in replica order (at least one).
+  distributed_dataset(dataset<T> data, mode how, std::vector<device_spec> devices,
+                      input_options options)
+    : data_(std::move(data)), mode_(how), devices_(std::move(devices)), options_(options) {
+    if (devices_.empty())
+      throw value_error("Should have at least one worker for input iterator.");
+    detail::check_input_options(options_);
+  }
+
+  /// A fresh pass; reshuffling stages count it as their next iteration.
+  distributed_iterator<T> make_iterator() const { return open(data_.make_iterator()); }
+
+  /// A fresh pass with every reshuffle ordered by (seed, `epoch`), as
+  /// `dataset::make_iterator(epoch)`.
+  distributed_iterator<T> make_iterator(std::uint64_t epoch) const {
+    return open(data_.make_iterator(epoch));
+  }
+
+  /// A fresh pass for range-for, as `make_iterator()`.
+  auto begin() const { return make_iterator().begin(); }
+
+  /// The end of the data, for range-for.
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+  /// The replicas' devices, in replica order.
+  const std::vector<device_spec>& devices() const noexcept { return devices_; }
+
+  /// The number of replicas each step feeds.
+  std::size_t num_replicas_in_sync() const noexcept { return devices_.size(); }
+
+  /// The settings of its iterators.
+  const input_options& options() const noexcept { return options_; }
+
+private:
+  distributed_iterator<T> open(dataset_iterator<T> pass) const {
+    auto input = std::make_shared<dataset_iterator<T>>(std::move(pass));
+    auto produce = [input, how = mode_, devices = devices_]() -> std::shared_ptr<void> {
+      if (how == mode::split_global_batches) {
+        auto batch = input->next();
+        if (!batch)
+          return nullptr;
+        return std::make_shared<element_type>(detail::split_step(*batch, devices));
+      }
+      std::vector<T> elements;
+      elements.reserve(devices.size());
+      while (elements.size() < devices.size()) {
+        auto x = input->next();
+        if (!x)
+          break;
+        elements.push_back(std::move(*x));
+      }
+      if (elements.empty())
+        return nullptr;
+      return std::make_shared<element_type>(detail::gather_step(elements, devices));
+    };
+    return distributed_iterator<T>{std::make_shared<detail::prefetch_channel>(
+      options_.prefetch_depth, options_.timeout, std::move(produce))};
+  }
+
+  dataset<T> data_;
+  mode mode_;
+  std::vector<device_spec> devices_;
+  input_options options_;
+};
+
+} // namespace lockstep

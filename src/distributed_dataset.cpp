@@ -1,0 +1,155 @@
+// Distributed input: splitting global batches into per-replica batches,
+// gathering per-replica batches into steps, and TF's checks and messages.
+// The iteration itself (an input actor making steps ahead) is the
+// prefetch_channel of src/dataset_prefetch.cpp.
+
+#include "lockstep/distributed_dataset.hpp"
+
+#include "lockstep/runtime_options.hpp"
+
+#include <cstring>
+#include <string>
+
+namespace lockstep {
+
+std::string to_string(input_replication_mode mode) {
+  switch (mode) {
+    case input_replication_mode::per_worker:
+      return "input_replication_mode::per_worker";
+    case input_replication_mode::per_replica:
+      return "input_replication_mode::per_replica";
+  }
+  return "input_replication_mode(" + std::to_string(static_cast<int>(mode)) + ")";
+}
+
+std::int64_t input_context::get_per_replica_batch_size(std::int64_t global_batch_size) const {
+  const auto n = static_cast<std::int64_t>(num_replicas_in_sync_);
+  if (n == 0 || global_batch_size % n != 0)
+    throw value_error("The `global_batch_size` " + std::to_string(global_batch_size)
+                      + " is not divisible by `num_replicas_in_sync` "
+                      + std::to_string(num_replicas_in_sync_) + " ");
+  return global_batch_size / n;
+}
+
+} // namespace lockstep
+
+namespace lockstep::detail {
+
+tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
+                    const device_spec& device) {
+  if (x.rank() == 0)
+    throw value_error("cannot split a scalar " + x.to_string()
+                      + " into per-replica batches: its dimension 0 is the batch");
+  const auto rows = x.shape()[0];
+  if (begin < 0 || count < 0 || begin + count > rows)
+    throw value_error("rows [" + std::to_string(begin) + ", " + std::to_string(begin + count)
+                      + ") out of range for a batch of " + std::to_string(rows));
+  auto shape = x.shape();
+  shape[0] = count;
+  auto out = tensor::uninitialized(x.dtype(), std::move(shape), device);
+  const auto bytes = out.byte_size();
+  if (bytes != 0) {
+    const auto row_bytes = x.byte_size() / static_cast<std::size_t>(rows);
+    std::memcpy(out.raw_data(),
+                static_cast<const std::byte*>(x.raw_data())
+                  + static_cast<std::size_t>(begin) * row_bytes,
+                bytes);
+  }
+  return out;
+}
+
+std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices) {
+  if (batch.rank() == 0)
+    throw value_error("cannot split a scalar " + batch.to_string()
+                      + " into per-replica batches: its dimension 0 is the batch");
+  const auto n = static_cast<std::int64_t>(devices.size());
+  const auto rows = batch.shape()[0];
+  const auto base = rows / n;
+  const auto extra = rows % n;
+  std::vector<tensor> parts;
+  parts.reserve(devices.size());
+  std::int64_t begin = 0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const auto count = base + (r < extra ? 1 : 0);
+    parts.push_back(copy_rows_to(batch, begin, count, devices[static_cast<std::size_t>(r)]));
+    begin += count;
+  }
+  return parts;
+}
+
+void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replicas) {
+  if (batch_size && replicas != 0 && *batch_size % static_cast<std::int64_t>(replicas) != 0)
+    throw value_error("Batch size " + std::to_string(*batch_size)
+                      + " cannot be sharded evenly across replicas "
+                      + std::to_string(replicas));
+}
+
+void check_input_options(const input_options& options) {
+  if (options.prefetch_depth == 0)
+    throw value_error("input_options: prefetch_depth must be at least 1 (currently 0)");
+  if (options.timeout
+      && (options.timeout->count() <= 0 || *options.timeout > runtime_options::max_timeout))
+    throw value_error("input_options: the timeout must be positive and at most "
+                      + std::to_string(runtime_options::max_timeout.count())
+                      + " ms (currently " + std::to_string(options.timeout->count()) + " ms)");
+}
+
+void check_input_replication_mode(input_replication_mode mode) {
+  if (mode != input_replication_mode::per_worker)
+    throw value_error("Input replication mode not supported: " + to_string(mode));
+}
+
+namespace {
+
+/// Replica r's part of a step: element r on device r, or an empty batch
+/// shaped like `first` when the data ran out before replica r.
+tensor part_for(const std::vector<const tensor*>& column, const tensor& first,
+                std::size_t replica, const device_spec& device) {
+  if (replica < column.size())
+    return column[replica]->to(device);
+  if (first.rank() == 0)
+    throw value_error("cannot give replica " + std::to_string(replica)
+                      + " an empty batch like the scalar " + first.to_string()
+                      + ": per-replica batches need a dimension 0");
+  return copy_rows_to(first, 0, 0, device);
+}
+
+} // namespace
+
+per_replica<tensor> gather_step(const std::vector<tensor>& elements,
+                                const std::vector<device_spec>& devices) {
+  std::vector<const tensor*> column;
+  for (const auto& x : elements)
+    column.push_back(&x);
+  std::vector<tensor> parts;
+  parts.reserve(devices.size());
+  for (std::size_t r = 0; r < devices.size(); ++r)
+    parts.push_back(part_for(column, elements.at(0), r, devices[r]));
+  return per_replica<tensor>{std::move(parts)};
+}
+
+nest<per_replica<tensor>> gather_step(const std::vector<nest<tensor>>& elements,
+                                      const std::vector<device_spec>& devices) {
+  const auto& first = elements.at(0);
+  std::vector<std::vector<tensor>> leaves;
+  for (std::size_t i = 0; i < elements.size(); ++i) {
+    if (!elements[i].same_structure(first))
+      throw value_error("distributed input: per-replica batch " + std::to_string(i)
+                        + " of a step has the structure " + elements[i].structure_string()
+                        + " but batch 0 has " + first.structure_string());
+    leaves.push_back(elements[i].flatten());
+  }
+  std::vector<per_replica<tensor>> grouped;
+  for (std::size_t leaf = 0; leaf < leaves[0].size(); ++leaf) {
+    std::vector<const tensor*> column;
+    for (const auto& l : leaves)
+      column.push_back(&l[leaf]);
+    std::vector<tensor> parts;
+    for (std::size_t r = 0; r < devices.size(); ++r)
+      parts.push_back(part_for(column, leaves[0][leaf], r, devices[r]));
+    grouped.emplace_back(std::move(parts));
+  }
+  return first.pack(grouped);
+}
+
+} // namespace lockstep::detail
