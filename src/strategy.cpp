@@ -160,6 +160,7 @@ call_for_each_replica(strategy_state& state,
   std::optional<user_claim> claim;
   if (state.kind != strategy_kind::default_strategy)
     claim.emplace(state);
+  state.dispatches.fetch_add(1, std::memory_order_relaxed);
   return state.executor->run(std::move(fn), timeout);
 }
 

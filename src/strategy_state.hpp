@@ -16,6 +16,7 @@
 #include <exception>
 #include <mutex>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -80,6 +81,10 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// (a `run` inside a merge function is nested on the same thread).
   std::atomic<std::thread::id> user;
   int user_depth = 0;
+
+  /// How many replica dispatches (`call_for_each_replica`) this strategy
+  /// has made: one per `run`, one per multi-step loop. For tests.
+  std::atomic<std::uint64_t> dispatches{0};
 
   // -- variables ----------------------------------------------------------
 

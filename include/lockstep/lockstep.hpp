@@ -12,6 +12,7 @@
 #include "lockstep/error.hpp"
 #include "lockstep/idx.hpp"
 #include "lockstep/mirrored_strategy.hpp"
+#include "lockstep/multi_step.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/one_device_strategy.hpp"
 #include "lockstep/reduce_op.hpp"

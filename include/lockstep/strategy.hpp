@@ -3,6 +3,7 @@
 #include "lockstep/cross_device_ops.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/distributed_dataset.hpp"
+#include "lockstep/multi_step.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/update.hpp"
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +85,9 @@ decltype(auto) invoke_replica_fn(F& fn, replica_context& ctx, Args&&... args) {
 }
 
 std::size_t replica_id(const replica_context& ctx);
+
+/// value_error unless `iterations` is at least 1.
+void check_iterations(std::size_t iterations);
 
 /// The device of each replica, in replica order: the strategy's devices;
 /// for the default strategy, the calling thread's current device.
@@ -179,6 +184,26 @@ public:
   template <class F, class... Args>
   auto call_for_each_replica(const run_options& options, F&& fn,
                              const Args&... args) const;
+
+  /// TF's run_steps_on_iterator, in the TPU form with the loop on the
+  /// replicas: takes up to `iterations` steps from `iterator` on the
+  /// calling thread (fewer when the data ends), then makes one dispatch in
+  /// which each replica runs `fn(replica_context&, multi_step_context&,
+  /// const X&)` once per step, in step order, with X its share of the step
+  /// (`tensor`, or `nest<tensor>` for a nest dataset; `fn` may leave out
+  /// the replica context). A call of K steps costs one dispatch, not K.
+  /// Last-step outputs set in replica context are reduced once, after the
+  /// loop. The iterator continues after the last step taken.
+  ///
+  /// Requires the strategy's cross-replica context or the default context
+  /// (context_error); value_error when `iterations` is 0. An exception in
+  /// `fn` is rethrown here with its type, as `run` does; the strategy stays
+  /// usable. The strategy's timeout applies to the whole loop between two
+  /// merge_calls, as it does to one `run`.
+  template <class F, distributable T>
+  multi_step_context experimental_run_steps_on_iterator(
+    F&& fn, distributed_iterator<T>& iterator, std::size_t iterations,
+    std::map<std::string, tensor> initial_loop_values = {}) const;
 
   // -- variables --------------------------------------------------------------
 
@@ -532,6 +557,46 @@ auto strategy_extended::call_for_each_replica(const run_options& options,
       (void) regroup(values); // TF rejects structures that differ per replica
     return per_replica<result_type>{std::move(values)};
   }
+}
+
+template <class F, distributable T>
+multi_step_context strategy_extended::experimental_run_steps_on_iterator(
+  F&& fn, distributed_iterator<T>& iterator, std::size_t iterations,
+  std::map<std::string, tensor> initial_loop_values) const {
+  using step_type = typename distributed_iterator<T>::element_type;
+  detail::require_cross_replica_or_default_context(*state_);
+  detail::check_iterations(iterations);
+  multi_step_context context{*state_, std::move(initial_loop_values)};
+  // Shared with the replicas: a replica that outlives a timed-out call still
+  // finds its steps and its context.
+  auto steps = std::make_shared<std::vector<step_type>>();
+  while (steps->size() < iterations) {
+    auto step = iterator.next();
+    if (!step)
+      break;
+    steps->push_back(std::move(*step));
+  }
+  context.begin_loop(steps->size(), num_replicas_in_sync());
+  if (!steps->empty()) {
+    auto task = std::make_shared<const detail::replica_function>(
+      [fn = std::decay_t<F>(std::forward<F>(fn)), steps,
+       context](replica_context& ctx) mutable -> std::any {
+        const auto r = detail::replica_id(ctx);
+        for (const auto& step : *steps) {
+          const auto mine = select_replica(r, step);
+          detail::invoke_replica_fn(fn, ctx, context, mine);
+        }
+        return {};
+      });
+    try {
+      detail::call_for_each_replica(*state_, std::move(task), run_options{});
+    } catch (...) {
+      context.fail();
+      throw;
+    }
+  }
+  context.end_loop();
+  return context;
 }
 
 } // namespace lockstep
