@@ -73,6 +73,23 @@ long long whole_number(std::string_view flag, const std::string& text, long long
   return value;
 }
 
+/// A number in (0, `maximum`].
+double number_in(std::string_view flag, const std::string& text, double maximum) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(value > 0 && value <= maximum))
+    throw std::invalid_argument(std::string(flag) + ": expected a number in (0, "
+                                + (maximum < 1e300 ? std::to_string(static_cast<int>(maximum))
+                                                   : std::string("inf"))
+                                + "], got '" + text + "'");
+  return value;
+}
+
 command_line parse(int argc, char** argv) {
   command_line cl;
   cl.config.replicas = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -98,29 +115,11 @@ command_line parse(int argc, char** argv) {
     else if (flag == "--steps-per-call")
       cl.config.steps_per_call = static_cast<int>(whole_number(flag, value, 1));
     else if (flag == "--lr") {
-      std::size_t used = 0;
-      double lr = 0;
-      try {
-        lr = std::stod(value, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != value.size() || !(lr > 0))
-        throw std::invalid_argument("--lr: expected a positive number, got '" + value + "'");
-      cl.config.optimizer.learning_rate = lr;
+      cl.config.optimizer.learning_rate = number_in(flag, value, 1e300); // any positive
       cl.lr_given = true;
-    } else if (flag == "--lr-decay") {
-      std::size_t used = 0;
-      double decay = 0;
-      try {
-        decay = std::stod(value, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != value.size() || !(decay > 0 && decay <= 1))
-        throw std::invalid_argument("--lr-decay: expected a number in (0, 1], got '" + value + "'");
-      cl.config.lr_decay = decay;
-    } else if (flag == "--optimizer")
+    } else if (flag == "--lr-decay")
+      cl.config.lr_decay = number_in(flag, value, 1);
+    else if (flag == "--optimizer")
       cl.config.optimizer.kind = fashion_mnist::parse_optimizer_kind(value);
     else if (flag == "--checkpoint-dir")
       cl.config.checkpoint_dir = value;
