@@ -18,6 +18,7 @@
 #include "strategy_state.hpp"
 
 #include <atomic>
+#include <set>
 #include <utility>
 
 namespace lockstep::detail {
@@ -166,8 +167,9 @@ void multi_step_context::begin_loop(std::size_t steps, std::size_t replicas) {
 
 namespace {
 
-/// The replica that set `name` first (in replica order), and the op it
-/// used; value_error naming the first replica that differs.
+/// The first replica (in replica order) that set `name`; value_error naming
+/// the first replica that did not set it. `same_op` checks each replica's
+/// entry against the first's.
 template <class Entry, class SameOp>
 std::size_t check_all_set(const detail::strategy_state& strategy,
                           const std::vector<detail::replica_slot>& slots,
@@ -188,24 +190,22 @@ std::size_t check_all_set(const detail::strategy_state& strategy,
   return first;
 }
 
-} // namespace
-
-void multi_step_context::end_loop() {
-  auto& state = *state_;
-  require_usable(state, "end_loop");
+/// end_loop's work: checks the replicas' slots and moves their outputs,
+/// reduced, into the shared outputs.
+void collect_replica_outputs(detail::multi_step_state& state) {
+  using output = multi_step_context::output;
   const auto& strategy = *state.strategy;
   const auto& slots = state.slots;
-  // Every name any replica set, with each replica's last value.
-  std::map<std::string, bool> names;
-  std::map<std::string, bool> non_tensor_names;
+  // Every name any replica set.
+  std::set<std::string> names;
+  std::set<std::string> non_tensor_names;
   for (const auto& slot : slots) {
     for (const auto& kv : slot.last_step_outputs)
-      names.emplace(kv.first, true);
+      names.insert(kv.first);
     for (const auto& kv : slot.non_tensor_outputs)
-      non_tensor_names.emplace(kv.first, true);
+      non_tensor_names.insert(kv.first);
   }
-  for (const auto& [name, unused] : names) {
-    (void) unused;
+  for (const auto& name : names) {
     const auto first = check_all_set(
       strategy, slots, name, "last step output",
       [&](const detail::replica_slot& s) -> const std::pair<tensor, reduce_op>* {
@@ -229,8 +229,7 @@ void multi_step_context::end_loop() {
     state.last_step_outputs.insert_or_assign(
       name, output{state.strategy->handle().reduce(op, per_replica<tensor>{std::move(values)})});
   }
-  for (const auto& [name, unused] : non_tensor_names) {
-    (void) unused;
+  for (const auto& name : non_tensor_names) {
     check_all_set(
       strategy, slots, name, "non-tensor output",
       [&](const detail::replica_slot& s) -> const std::any* {
@@ -244,8 +243,20 @@ void multi_step_context::end_loop() {
       values.push_back(slot.non_tensor_outputs.at(name));
     state.non_tensor_outputs.insert_or_assign(name, std::move(values));
   }
-  state.slots.clear();
-  state.phase.store(loop_phase::after);
+}
+
+} // namespace
+
+void multi_step_context::end_loop() {
+  require_usable(*state_, "end_loop");
+  try {
+    collect_replica_outputs(*state_);
+  } catch (...) {
+    fail(); // the outputs are half collected
+    throw;
+  }
+  state_->slots.clear();
+  state_->phase.store(loop_phase::after);
 }
 
 void multi_step_context::fail() noexcept {

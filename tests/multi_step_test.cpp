@@ -12,6 +12,7 @@
 #include <any>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -265,16 +266,21 @@ TEST_CASE("non-tensor outputs in replica context: one value per replica, from th
 TEST_CASE("a name set by only some replicas, or with different ops, is an error naming the replica") {
   mirrored_strategy s{cpu_devices(3)};
   auto it = counting_steps(s, 3, 4).make_iterator();
+  std::optional<multi_step_context> seen; // a handle: shares the loop's context
   auto missing = error_of<value_error>([&] {
     (void) s.extended().experimental_run_steps_on_iterator(
-      [](replica_context& rc, multi_step_context& m, const tensor& mine) {
+      [&seen](replica_context& rc, multi_step_context& m, const tensor& mine) {
         if (rc.replica_id_in_sync_group() != 1)
           m.set_last_step_output("x", mine, reduce_op::sum);
+        else
+          seen = m;
       },
       it, 1);
   });
   CHECK(missing.find("replica 1") != std::string::npos);
   CHECK(missing.find("'x'") != std::string::npos);
+  REQUIRE(seen.has_value());
+  CHECK_THROWS_AS((void) seen->non_tensor_outputs(), context_error);
   auto ops = error_of<value_error>([&] {
     (void) s.extended().experimental_run_steps_on_iterator(
       [](replica_context& rc, multi_step_context& m, const tensor& mine) {
@@ -301,18 +307,18 @@ TEST_CASE("an exception in fn propagates with its type and the strategy stays us
     CAPTURE(n);
     mirrored_strategy s{cpu_devices(n)};
     auto it = counting_steps(s, n, 6).make_iterator();
-    multi_step_context* seen = nullptr;
+    std::optional<multi_step_context> seen; // a handle: shares the loop's context
     CHECK_THROWS_AS(s.extended().experimental_run_steps_on_iterator(
                       [&](replica_context& rc, multi_step_context& m, const tensor& mine) {
                         if (rc.replica_id_in_sync_group() == 0)
-                          seen = &m;
+                          seen = m;
                         if (mine.as_double(0) >= 2.0 * n * 1 && rc.replica_id_in_sync_group() + 1 == std::size_t(n))
                           throw std::out_of_range("step 1 failed");
                       },
                       it, 3),
                     std::out_of_range);
     // The context the step saw is unusable now; the steps taken are gone.
-    REQUIRE(seen != nullptr);
+    REQUIRE(seen.has_value());
     CHECK_THROWS_AS((void) seen->last_step_outputs(), context_error);
     auto ctx = s.extended().experimental_run_steps_on_iterator(record_sum_mean_max{}, it, 3);
     CHECK(ctx.steps() == 3);

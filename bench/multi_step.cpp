@@ -1,0 +1,248 @@
+// multi_step: host time per step of a multi-step loop against separate runs.
+//
+// How it works. For each replica count N, the benchmark builds a
+// mirrored_strategy over cpu_devices(N) and distributes an endless dataset of
+// tiny global batches (N float32 rows, one row per replica). Each repetition
+// opens a fresh iterator and times `calls` calls of one arm:
+//
+//   baseline (a)  K separate steps: `iterator.next()` then `strategy.run` of
+//                 a near-empty replica function, K times;
+//   multi-step (b) one `experimental_run_steps_on_iterator` call of K steps
+//                 with the same near-empty step function.
+//
+// Both arms take the same steps from the same kind of iterator, so the
+// input pipeline costs both the same; (b) makes one replica dispatch per K
+// steps where (a) makes K. The figure is microseconds per step (elapsed /
+// (calls * K)); the arms alternate (a, b, a, b, ...), the table shows the
+// median of each over the repetitions and the ratio (b)/(a) of the medians,
+// against a target of <= 0.5.
+//
+// Only the public API is used, as an application would.
+
+#include "lockstep/lockstep.hpp"
+
+#include "bench_support.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using lockstep::bench::parse_count;
+using lockstep::bench::parse_flags;
+using lockstep::bench::parse_list;
+using lockstep::bench::pin_to;
+using clock_type = std::chrono::steady_clock;
+
+/// A figure is acceptable when the multi-step loop takes at most this share
+/// of the separate runs' time per step.
+constexpr double target_ratio = 0.5;
+
+// -- options ------------------------------------------------------------------
+
+struct options {
+  std::size_t steps = 10;
+  std::size_t calls = 200;
+  std::size_t reps = 11;
+  std::size_t prefetch = 32;
+  std::vector<std::size_t> replicas{1, 2, 4};
+  std::vector<std::size_t> cpus;
+  std::string json;
+};
+
+constexpr std::string_view usage = R"(usage: multi_step [options]
+  --steps K        steps per multi-step call (default 10)
+  --calls N        calls timed per repetition (default 200): N * K steps
+  --reps N         repetitions of each arm, interleaved (default 11)
+  --prefetch N     input_options::prefetch_depth of the iterators (default 32)
+  --replicas LIST  comma-separated replica counts (default 1,2,4)
+  --cpus LIST      run on these CPUs only (e.g. 0,1)
+  --json FILE      also write {"rows": [...]} to FILE
+)";
+
+options parse_options(int argc, char** argv) {
+  options opts;
+  parse_flags(argc, argv, usage, [&](std::string_view flag, std::string_view value) {
+    if (flag == "--steps")
+      opts.steps = parse_count(flag, value);
+    else if (flag == "--calls")
+      opts.calls = parse_count(flag, value);
+    else if (flag == "--reps")
+      opts.reps = parse_count(flag, value);
+    else if (flag == "--prefetch")
+      opts.prefetch = parse_count(flag, value);
+    else if (flag == "--replicas")
+      opts.replicas = parse_list(flag, value, 1);
+    else if (flag == "--cpus")
+      opts.cpus = parse_list(flag, value, 0);
+    else if (flag == "--json")
+      opts.json = value;
+    else
+      return false;
+    return true;
+  });
+  return opts;
+}
+
+// -- the two arms ---------------------------------------------------------------
+
+double elapsed_us(clock_type::time_point since) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - since).count();
+}
+
+/// (a): K times `next()` and `run`; microseconds per step.
+double separate_runs(const lockstep::strategy& s,
+                     const lockstep::distributed_dataset<lockstep::tensor>& data,
+                     const options& opts) {
+  auto it = data.make_iterator();
+  auto step = [](lockstep::replica_context&, const lockstep::tensor& mine) {
+    if (mine.num_elements() < 0)
+      throw std::logic_error("unreachable");
+  };
+  const auto start = clock_type::now();
+  for (std::size_t c = 0; c < opts.calls; ++c)
+    for (std::size_t k = 0; k < opts.steps; ++k) {
+      auto x = it.next();
+      if (!x)
+        throw std::runtime_error("the endless dataset ended");
+      s.run(step, *x);
+    }
+  return elapsed_us(start) / static_cast<double>(opts.calls * opts.steps);
+}
+
+/// (b): one experimental_run_steps_on_iterator of K steps; us per step.
+double multi_step_calls(const lockstep::strategy& s,
+                        const lockstep::distributed_dataset<lockstep::tensor>& data,
+                        const options& opts) {
+  auto it = data.make_iterator();
+  auto step = [](lockstep::replica_context&, lockstep::multi_step_context&,
+                 const lockstep::tensor& mine) {
+    if (mine.num_elements() < 0)
+      throw std::logic_error("unreachable");
+  };
+  const auto start = clock_type::now();
+  for (std::size_t c = 0; c < opts.calls; ++c) {
+    auto ctx = s.extended().experimental_run_steps_on_iterator(step, it, opts.steps);
+    if (ctx.steps() != opts.steps)
+      throw std::runtime_error("the endless dataset ended");
+  }
+  return elapsed_us(start) / static_cast<double>(opts.calls * opts.steps);
+}
+
+// -- statistics and output ------------------------------------------------------
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const auto n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+struct row {
+  std::size_t replicas;
+  std::size_t steps_per_call;
+  double us_per_step;          // (b), median
+  double baseline_us_per_step; // (a), median
+  double min_b, max_b, min_a, max_a;
+  double ratio() const { return us_per_step / baseline_us_per_step; }
+};
+
+row measure(std::size_t n, const options& opts) {
+  lockstep::mirrored_strategy s{lockstep::cpu_devices(static_cast<int>(n))};
+  std::vector<float> rows(n, 1.0f);
+  auto batches = lockstep::dataset<lockstep::tensor>::from_tensor_slices(
+                   lockstep::tensor::from(rows, {static_cast<std::int64_t>(n), 1}))
+                   .batch(static_cast<std::int64_t>(n), true)
+                   .repeat();
+  lockstep::input_options input;
+  input.prefetch_depth = opts.prefetch;
+  auto data = s.experimental_distribute_dataset(batches, input);
+  // One untimed repetition of each arm warms the replica threads and caches.
+  (void) separate_runs(s, data, opts);
+  (void) multi_step_calls(s, data, opts);
+  std::vector<double> a, b;
+  for (std::size_t rep = 0; rep < opts.reps; ++rep) {
+    a.push_back(separate_runs(s, data, opts));
+    b.push_back(multi_step_calls(s, data, opts));
+  }
+  return {n,
+          opts.steps,
+          median(b),
+          median(a),
+          *std::min_element(b.begin(), b.end()),
+          *std::max_element(b.begin(), b.end()),
+          *std::min_element(a.begin(), a.end()),
+          *std::max_element(a.begin(), a.end())};
+}
+
+std::string range_string(double lo, double hi) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "[%.2f-%.2f]", lo, hi);
+  return buf;
+}
+
+void print_row(const row& r) {
+  std::printf("| %2zu | %2zu | %8.2f %-17s | %8.2f %-17s | %7.2f | %-7s |\n", r.replicas,
+              r.steps_per_call, r.us_per_step, range_string(r.min_b, r.max_b).c_str(),
+              r.baseline_us_per_step, range_string(r.min_a, r.max_a).c_str(), r.ratio(),
+              r.ratio() <= target_ratio ? "ok" : "ABOVE");
+  std::fflush(stdout);
+}
+
+void write_json(const std::string& path, const std::vector<row>& rows, const options& opts) {
+  nlohmann::json out;
+  out["benchmark"] = "multi_step";
+  out["target_ratio"] = target_ratio;
+  out["reps"] = opts.reps;
+  out["calls"] = opts.calls;
+  out["prefetch_depth"] = opts.prefetch;
+  out["rows"] = nlohmann::json::array();
+  for (const auto& r : rows)
+    out["rows"].push_back({{"replicas", r.replicas},
+                           {"steps_per_call", r.steps_per_call},
+                           {"us_per_step", r.us_per_step},
+                           {"baseline_us_per_step", r.baseline_us_per_step},
+                           {"ratio", r.ratio()}});
+  std::ofstream file{path};
+  file << out.dump(2) << "\n";
+  if (!file)
+    throw std::runtime_error("--json: cannot write " + path);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto opts = parse_options(argc, argv);
+    if (!opts.cpus.empty())
+      pin_to(opts.cpus);
+    std::printf("multi_step: us per step of a near-empty step, (b) one "
+                "experimental_run_steps_on_iterator call of K steps vs (a) K times next() + "
+                "run(); median [min-max] of %zu interleaved reps of %zu calls; target (b)/(a) "
+                "<= %.1f\n\n",
+                opts.reps, opts.calls, target_ratio);
+    std::printf("| N  | K  | (b) multi-step us/step     | (a) separate runs us/step  | "
+                "(b)/(a) | verdict |\n");
+    std::printf("|----|----|----------------------------|----------------------------|"
+                "---------|---------|\n");
+    std::vector<row> rows;
+    for (auto n : opts.replicas) {
+      rows.push_back(measure(n, opts));
+      print_row(rows.back());
+    }
+    if (!opts.json.empty())
+      write_json(opts.json, rows, opts);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "multi_step: %s\n", e.what());
+    return 1;
+  }
+}
