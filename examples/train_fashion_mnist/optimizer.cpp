@@ -51,24 +51,30 @@ void optimizer::restored() {
   iterations_ = iterations_variable_.value().data<std::int64_t>()[0];
 }
 
-void sgd_momentum_step(std::span<float> w, std::span<float> velocity, std::span<const float> g,
-                       float learning_rate, float momentum) {
-  for (std::size_t k = 0; k < w.size(); ++k) {
-    velocity[k] = momentum * velocity[k] + g[k];
-    w[k] -= learning_rate * velocity[k];
-  }
+void moment_step(std::span<float> moment, std::span<const float> g, float decay, float scale,
+                 bool squared) {
+  for (std::size_t k = 0; k < moment.size(); ++k)
+    moment[k] = decay * moment[k] + scale * (squared ? g[k] * g[k] : g[k]);
+}
+
+void axpy_step(std::span<float> w, std::span<const float> x, float a) {
+  for (std::size_t k = 0; k < w.size(); ++k)
+    w[k] += a * x[k];
+}
+
+void adam_apply(std::span<float> w, std::span<const float> m, std::span<const float> v,
+                float step_size, float epsilon) {
+  for (std::size_t k = 0; k < w.size(); ++k)
+    w[k] -= step_size * m[k] / (std::sqrt(v[k]) + epsilon);
 }
 
 void adam_step(std::span<float> w, std::span<float> m, std::span<float> v,
                std::span<const float> g, float step_size, const optimizer_options& options) {
   const auto b1 = static_cast<float>(options.beta1);
   const auto b2 = static_cast<float>(options.beta2);
-  const auto eps = static_cast<float>(options.epsilon);
-  for (std::size_t k = 0; k < w.size(); ++k) {
-    m[k] = b1 * m[k] + (1 - b1) * g[k];
-    v[k] = b2 * v[k] + (1 - b2) * g[k] * g[k];
-    w[k] -= step_size * m[k] / (std::sqrt(v[k]) + eps);
-  }
+  moment_step(m, g, b1, 1 - b1, false);
+  moment_step(v, g, b2, 1 - b2, true);
+  adam_apply(w, m, v, step_size, static_cast<float>(options.epsilon));
 }
 
 float adam_step_size(const optimizer_options& options, std::int64_t t) {
@@ -92,23 +98,32 @@ void optimizer::apply(const lockstep::strategy_extended& extended,
     // Inside an update, the slots' reads and writes touch the copy on the
     // device of the variable's copy being updated.
     if (options.kind == optimizer_kind::sgd_momentum) {
-      extended.update(variables_[i], [options, velocity = slots[0]](tensor& w, const tensor& g) {
-        auto v = velocity.value().copy();
-        sgd_momentum_step(w.data<float>(), v.data<float>(), g.data<float>(),
-                          static_cast<float>(options.learning_rate),
-                          static_cast<float>(options.momentum));
-        velocity.assign(v);
+      // The slot changes in place first; the variable's update, posted
+      // after it, reads it on the same device.
+      extended.update(slots[0], [options](tensor& velocity, const tensor& g) {
+        moment_step(velocity.data<float>(), g.data<float>(), static_cast<float>(options.momentum),
+                    1.0f, false);
       }, gradients[i]);
+      extended.update(variables_[i], [options, velocity = slots[0]](tensor& w) {
+        const auto v = velocity.value();
+        axpy_step(w.data<float>(), v.data<float>(), -static_cast<float>(options.learning_rate));
+      });
     } else {
-      extended.update(variables_[i], [options, step_size, m_slot = slots[0], v_slot = slots[1]](
-                                         tensor& w, const tensor& g) {
-        auto m = m_slot.value().copy();
-        auto v = v_slot.value().copy();
-        adam_step(w.data<float>(), m.data<float>(), v.data<float>(), g.data<float>(), step_size,
-                  options);
-        m_slot.assign(m);
-        v_slot.assign(v);
+      const auto b1 = static_cast<float>(options.beta1);
+      const auto b2 = static_cast<float>(options.beta2);
+      extended.update(slots[0], [b1](tensor& m, const tensor& g) {
+        moment_step(m.data<float>(), g.data<float>(), b1, 1 - b1, false);
       }, gradients[i]);
+      extended.update(slots[1], [b2](tensor& v, const tensor& g) {
+        moment_step(v.data<float>(), g.data<float>(), b2, 1 - b2, true);
+      }, gradients[i]);
+      extended.update(variables_[i], [options, step_size, m_slot = slots[0], v_slot = slots[1]](
+                                         tensor& w) {
+        const auto m = m_slot.value();
+        const auto v = v_slot.value();
+        adam_apply(w.data<float>(), m.data<float>(), v.data<float>(), step_size,
+                   static_cast<float>(options.epsilon));
+      });
     }
   }
 }

@@ -40,11 +40,17 @@ struct optimizer_options {
   double epsilon = 1e-7;
 };
 
-/// One SGD-with-momentum step on plain floats (all spans of one length).
-void sgd_momentum_step(std::span<float> w, std::span<float> velocity, std::span<const float> g,
-                       float learning_rate, float momentum);
-
-/// One Adam step on plain floats, with `step_size` from adam_step_size.
+/// The update rules on plain floats (spans of one length), shared by the
+/// optimizer's per-copy updates and bench/training's plain loop.
+/// moment = decay * moment + scale * g (g squared when `squared`).
+void moment_step(std::span<float> moment, std::span<const float> g, float decay, float scale,
+                 bool squared);
+/// w += a * x.
+void axpy_step(std::span<float> w, std::span<const float> x, float a);
+/// w -= step_size * m / (sqrt(v) + epsilon).
+void adam_apply(std::span<float> w, std::span<const float> m, std::span<const float> v,
+                float step_size, float epsilon);
+/// One Adam step with `step_size` from adam_step_size: m, v, then w.
 void adam_step(std::span<float> w, std::span<float> m, std::span<float> v,
                std::span<const float> g, float step_size, const optimizer_options& options);
 

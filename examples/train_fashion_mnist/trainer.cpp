@@ -200,7 +200,9 @@ training_result train(const training_config& config, const training_data& data,
                          return nest<tensor>{gather_rows(data.train_images, rows),
                                              gather_rows(data.train_labels, rows)};
                        });
-  auto distributed = strategy.experimental_distribute_dataset(train_set);
+  // A call of K steps takes them back to back: prefetch K ahead.
+  auto distributed = strategy.experimental_distribute_dataset(
+      train_set, {.prefetch_depth = static_cast<std::size_t>(std::max(2, config.steps_per_call))});
   const auto replicas = static_cast<std::size_t>(config.replicas);
   const auto out_of_steps = [&] {
     return config.max_steps > 0 && result.global_step >= config.max_steps;
