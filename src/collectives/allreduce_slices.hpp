@@ -8,17 +8,20 @@
 // every rank). The collective reduces the elements [begin, end) of the
 // concatenation of the inputs (all of them by default). At the rendezvous
 // each rank publishes its buffers (the group's payload) and the fingerprints
-// are checked. The E elements of the range are cut into N slices; rank r
-// owns slice r, [r*E/N, (r+1)*E/N) with the remainder spread so slices
-// differ by at most one element (a slice may be empty). Rank r reduces its
-// slice chunk by chunk, a chunk never crossing a tensor boundary: a chunk
+// are checked. The E elements of the range are cut into slices of about
+// E/(4N) elements (at least a chunk), and each rank claims slices from the
+// group (collective_group::claim) until none is left, so a rank that has a
+// CPU takes the slices of one that waits for a CPU (4 replicas on 2 cores).
+// A rank reduces a slice chunk by chunk, a chunk never crossing a tensor
+// boundary: a chunk
 // (chunk_bytes, 32 KiB by default) is copied from rank 0's input into a
 // scratch block, combined with the inputs of ranks 1, ..., N-1 in that fixed
 // order (so results are bit-identical on every run, on every rank, and to a
 // one-by-one reduction of the pack's tensors), and written to every rank's
-// output while it is still in cache. Then all ranks meet at the group's
-// barrier, so no rank returns before every slice of every output is
-// written, and no rank's buffers go away while another reads them.
+// output while it is still in cache. Which rank reduces a slice does not
+// change its bits. Then all ranks meet at the group's barrier, so no rank
+// returns before every slice of every output is written, and no rank's
+// buffers go away while another reads them.
 //
 // Bytes moved: each element is read N times (once from each input) and
 // written N times (once to each output): 2·N·S bytes of memory traffic in
@@ -38,9 +41,9 @@
 // mismatch error, never each other's wrong data.
 //
 // Outputs may alias inputs (an in-place all-reduce, or any other pairing):
-// tensors that share a buffer share it from element 0, and rank r reads and
-// writes only its own slice in every buffer, reading a chunk from all inputs
-// before writing it to any output. So a write never lands on an element
+// tensors that share a buffer share it from element 0, and a rank reads and
+// writes only the slices it claimed, in every buffer, reading a chunk from
+// all inputs before writing it to any output. So a write never lands on an element
 // another rank still has to read, and the barrier orders all writes before
 // any return.
 
