@@ -491,7 +491,7 @@ TEST_CASE("claim hands out each piece of a collective once, and starts at 0 in t
       group.arrive(rank, fingerprint(seq, dtype::f32, {1}), now() + 20s);
       if (seq % 2 == 1 && rank != 0)
         wait_for([&] { return rank0_done.load(); });
-      for (auto piece = group.claim(); piece < pieces; piece = group.claim())
+      for (auto piece = group.claim(seq); piece < pieces; piece = group.claim(seq))
         claimed[rank].push_back(piece);
       rank0_done.store(true);
       group.wait_all_done(rank, seq, now() + 20s);
@@ -507,6 +507,49 @@ TEST_CASE("claim hands out each piece of a collective once, and starts at 0 in t
     if (seq % 2 == 1)
       CHECK(claimed[0].size() == pieces);
   }
+}
+
+TEST_CASE("a rank still claiming in a timed-out collective gets nothing more") {
+  // Rank 0 finishes #1 and times out at its barrier while rank 1 still
+  // works; rank 0 then arrives at #2, which resets the count. Rank 1's
+  // next claim in #1 is refused instead of starting #1 over on buffers
+  // that may be gone.
+  collective_group group{2, "straggler"};
+  const auto now = collective_group::clock::now;
+  std::atomic<int> stage{0};
+  std::size_t late_claim = 0;
+  std::thread rank1{[&] {
+    group.arrive(1, fingerprint(1, dtype::f32, {8}), now() + 20s);
+    CHECK(group.claim(1) != collective_group::no_claim);
+    stage.store(1);
+    wait_for([&] { return stage.load() == 2; });
+    late_claim = group.claim(1);
+    CHECK_THROWS_AS(group.wait_all_done(1, 1, now() + 20s), timeout_error);
+  }};
+  group.arrive(0, fingerprint(1, dtype::f32, {8}), now() + 20s);
+  wait_for([&] { return stage.load() == 1; });
+  CHECK_THROWS_AS(group.wait_all_done(0, 1, now() + 10ms), timeout_error);
+  CHECK_THROWS_AS(group.arrive(0, fingerprint(2, dtype::f32, {8}), now() + 10ms), timeout_error);
+  stage.store(2);
+  rank1.join();
+  CHECK(late_claim == collective_group::no_claim);
+}
+
+TEST_CASE("ranks whose chunk sizes cut a collective into different slices fail alike") {
+  collective_group group{3, "slices"};
+  std::vector<tensor> inputs;
+  for (std::size_t r = 0; r < 3; ++r)
+    inputs.push_back(tensor::filled(dtype::f32, {1000}, 1.0));
+  auto outcomes = run_ranks(3, [&](std::size_t rank) {
+    allreduce_slices(group, rank, reduce_op::sum, inputs[rank], inputs[rank],
+                     {.timeout = 10s, .chunk_bytes = rank == 2 ? 64u : 0u});
+  });
+  for (const auto& o : outcomes) {
+    CHECK(o.kind == "value_error");
+    CHECK(contains(o.what, "ranks issued the same collective with different chunk sizes"));
+  }
+  for (const auto& t : inputs)
+    CHECK(t == tensor::filled(dtype::f32, {1000}, 1.0));
 }
 
 TEST_CASE("arrive_inline takes at most inline_capacity bytes") {

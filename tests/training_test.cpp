@@ -171,6 +171,11 @@ TEST_CASE("a run resumed from its checkpoint ends with the bits of one that neve
     CHECK_FALSE(part.resumed_from_step);
     auto rest = config;
     rest.checkpoint_dir = dir.path();
+    // Steps count global batches: resuming with another batch is refused.
+    auto other_batch = rest;
+    other_batch.global_batch = 12;
+    CHECK(error_of<value_error>([&] { (void) train(other_batch, data); }).find(
+              "count steps of global batch 24, not 12") != std::string::npos);
     const auto resumed = train(rest, data);
     REQUIRE(resumed.resumed_from_step);
     CHECK(*resumed.resumed_from_step == 11);

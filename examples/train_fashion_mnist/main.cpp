@@ -21,6 +21,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -59,7 +60,8 @@ struct command_line {
   bool lr_given = false;
 };
 
-long long whole_number(std::string_view flag, const std::string& text, long long minimum) {
+long long whole_number(std::string_view flag, const std::string& text, long long minimum,
+                       long long maximum = std::numeric_limits<int>::max()) {
   std::size_t used = 0;
   long long value = 0;
   try {
@@ -67,9 +69,10 @@ long long whole_number(std::string_view flag, const std::string& text, long long
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || value < minimum)
-    throw std::invalid_argument(std::string(flag) + ": expected a whole number >= "
-                                + std::to_string(minimum) + ", got '" + text + "'");
+  if (used != text.size() || value < minimum || value > maximum)
+    throw std::invalid_argument(std::string(flag) + ": expected a whole number in ["
+                                + std::to_string(minimum) + ", " + std::to_string(maximum)
+                                + "], got '" + text + "'");
   return value;
 }
 
@@ -105,13 +108,14 @@ command_line parse(int argc, char** argv) {
       throw std::invalid_argument(std::string(flag) + ": missing value (see --help)");
     const std::string value = argv[++i];
     if (flag == "--replicas")
-      cl.config.replicas = static_cast<int>(whole_number(flag, value, 1));
+      cl.config.replicas = static_cast<int>(whole_number(flag, value, 1, 4096));
     else if (flag == "--epochs")
       cl.config.epochs = static_cast<int>(whole_number(flag, value, 1));
     else if (flag == "--global-batch")
-      cl.config.global_batch = whole_number(flag, value, 1);
+      cl.config.global_batch = whole_number(flag, value, 1, 1 << 30);
     else if (flag == "--seed")
-      cl.config.seed = static_cast<std::uint64_t>(whole_number(flag, value, 0));
+      cl.config.seed = static_cast<std::uint64_t>(
+          whole_number(flag, value, 0, std::numeric_limits<long long>::max()));
     else if (flag == "--steps-per-call")
       cl.config.steps_per_call = static_cast<int>(whole_number(flag, value, 1));
     else if (flag == "--lr") {
@@ -185,9 +189,16 @@ int run(int argc, char** argv) {
       = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // A resumed run keeps the rows of the epochs before it.
-  auto rows = fashion_mnist::read_metrics_csv(cl.metrics);
-  const int first_new = result.epochs.empty() ? config.epochs + 1 : result.epochs.front().epoch;
-  std::erase_if(rows, [&](const auto& e) { return !result.resumed_from_step || e.epoch >= first_new; });
+  std::vector<fashion_mnist::epoch_metrics> rows;
+  if (result.resumed_from_step) {
+    try {
+      rows = fashion_mnist::read_metrics_csv(cl.metrics);
+    } catch (const lockstep::error& e) {
+      std::cerr << "ignoring the earlier metrics: " << e.what() << "\n";
+    }
+    const int first_new = result.epochs.empty() ? config.epochs + 1 : result.epochs.front().epoch;
+    std::erase_if(rows, [&](const auto& e) { return e.epoch >= first_new; });
+  }
   rows.insert(rows.end(), result.epochs.begin(), result.epochs.end());
   if (!rows.empty()) {
     std::cout << "\n";

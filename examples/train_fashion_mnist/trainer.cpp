@@ -55,12 +55,16 @@ struct training_state {
   std::vector<variable> model;
   std::unique_ptr<optimizer> opt;
   variable epoch;
+  /// The global batch the steps were counted in: a resumed run maps the
+  /// global step to an epoch and a position with it.
+  variable global_batch;
 
   std::vector<variable> checkpointed() const {
     auto all = model;
     const auto slots = opt->slot_variables();
     all.insert(all.end(), slots.begin(), slots.end());
     all.push_back(epoch);
+    all.push_back(global_batch);
     return all;
   }
 };
@@ -74,7 +78,8 @@ training_state create_state(const strategy& strategy, const training_config& con
     model.emplace_back(initial[i], variable_options{.name = names[i]});
   auto opt = std::make_unique<optimizer>(config.optimizer, model);
   variable epoch{tensor::scalar(std::int64_t{0}), {.name = "epoch"}};
-  return {std::move(model), std::move(opt), std::move(epoch)};
+  variable global_batch{tensor::scalar(config.global_batch), {.name = "global_batch"}};
+  return {std::move(model), std::move(opt), std::move(epoch), std::move(global_batch)};
 }
 
 /// One replica's step: gradients of its batch, summed across replicas on
@@ -175,6 +180,12 @@ training_result train(const training_config& config, const training_data& data,
   if (!config.checkpoint_dir.empty()) {
     checkpoints.emplace(config.checkpoint_dir, 3, strategy);
     if (auto restored = checkpoints->restore_latest(state.checkpointed())) {
+      const auto saved_batch = state.global_batch.value().data<std::int64_t>()[0];
+      if (saved_batch != config.global_batch)
+        throw value_error("training: the checkpoints in " + config.checkpoint_dir.string()
+                          + " count steps of global batch " + std::to_string(saved_batch)
+                          + ", not " + std::to_string(config.global_batch)
+                          + "; resume with that batch or use another directory");
       result.global_step = restored->step.value_or(0);
       result.resumed_from_step = result.global_step;
       state.opt->restored();
@@ -211,6 +222,10 @@ training_result train(const training_config& config, const training_data& data,
   for (auto epoch = result.global_step / steps_per_epoch; epoch < config.epochs; ++epoch) {
     if (out_of_steps())
       break;
+    if (stop != nullptr && stop->load()) {
+      result.interrupted = true; // the last epoch's checkpoint is this step's
+      break;
+    }
     const auto start = std::chrono::steady_clock::now();
     state.opt->set_learning_rate(config.optimizer.learning_rate
                                  * std::pow(config.lr_decay, static_cast<double>(epoch)));
@@ -231,6 +246,9 @@ training_result train(const training_config& config, const training_data& data,
         steps = std::min(steps, config.max_steps - result.global_step);
       if (config.steps_per_call == 1) {
         const auto step = iterator.next();
+        if (!step)
+          throw value_error("training: the data ended after " + std::to_string(done)
+                            + " of an epoch's " + std::to_string(steps_per_epoch) + " steps");
         const auto stats = strategy.run(
             [&](replica_context& ctx, const tensor& images, const tensor& labels) {
               return replica_step(ctx, config, state, images, labels);
@@ -248,6 +266,9 @@ training_result train(const training_config& config, const training_data& data,
             },
             iterator, static_cast<std::size_t>(steps));
         steps = static_cast<std::int64_t>(context.steps());
+        if (steps == 0)
+          throw value_error("training: the data ended after " + std::to_string(done)
+                            + " of an epoch's " + std::to_string(steps_per_epoch) + " steps");
         for (const auto& s : per_replica_totals)
           totals += s;
       }

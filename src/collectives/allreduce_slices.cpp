@@ -342,6 +342,15 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   // A range that fits in one chunk and in a rank's inline area meets once.
   const auto bytes = (end - mine.begin) * size_of(fingerprint.dtype);
   fingerprint.inline_data = bytes <= std::min(chunk_bytes, collective_group::inline_capacity);
+  // Otherwise the range is cut into slices of at least a chunk, about 4 per
+  // rank, and each rank reduces the slices it claims until none is left:
+  // the ranks that have a CPU do the work of those that wait for one. The
+  // slice size goes into the fingerprint, so ranks cut alike.
+  const auto elements = end - mine.begin;
+  const auto chunk_elements = std::max<std::size_t>(1, chunk_bytes / size_of(fingerprint.dtype));
+  fingerprint.slice = fingerprint.inline_data
+                          ? 0
+                          : std::max(chunk_elements, elements / (slices_per_rank * group.size()));
   if (fingerprint.inline_data) {
     allreduce_inline(group, rank, op, mine, end, fingerprint, deadline);
     return;
@@ -355,13 +364,8 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   }
   group.arrive(rank, fingerprint, deadline, &published);
 
-  // The range is cut into slices of at least a chunk, about 4 per rank, and
-  // each rank reduces the slices it claims until none is left: the ranks
-  // that have a CPU do the work of those that wait for one.
   const auto begin = mine.begin;
-  const auto elements = end - begin;
-  const auto chunk_elements = std::max<std::size_t>(1, chunk_bytes / size_of(fingerprint.dtype));
-  const auto slice = std::max(chunk_elements, elements / (slices_per_rank * group.size()));
+  const auto slice = fingerprint.slice;
   const auto slices = (elements + slice - 1) / slice;
 
   // Only growing the scratch block can throw here; a rank that cannot do
@@ -370,7 +374,8 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
     if (!mine.inputs.empty())
       visit_dtype(fingerprint.dtype, [&]<class T>(T) {
         dispatch_op(op, [&](auto op_constant) {
-          for (auto s = group.claim(); s < slices; s = group.claim())
+          for (auto s = group.claim(fingerprint.seq); s < slices;
+               s = group.claim(fingerprint.seq))
             reduce_slice<decltype(op_constant)::value, T>(
                 group, mine, begin + s * slice, std::min(end, begin + (s + 1) * slice),
                 chunk_bytes);

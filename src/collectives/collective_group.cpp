@@ -42,12 +42,15 @@ std::string milliseconds(std::chrono::steady_clock::duration d) {
   return text;
 }
 
-/// FNV-1a over 64-bit values and bytes.
+/// A 64-bit hash of values and strings: each value is mixed in with
+/// splitmix64's finaliser, so every input bit reaches every hash bit.
 struct fnv1a {
   std::uint64_t hash = 14695981039346656037ull;
   void operator()(std::uint64_t value) noexcept {
-    hash ^= value;
-    hash *= 1099511628211ull;
+    auto z = hash ^ (value + 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    hash = z ^ (z >> 31);
   }
   void operator()(std::string_view text) noexcept {
     for (unsigned char c : text)
@@ -74,6 +77,7 @@ std::uint64_t digest_of(const collective_fingerprint& f) noexcept {
   mix(f.batch_shapes);
   mix(f.epoch);
   mix(f.inline_data ? 1 : 0);
+  mix(f.slice);
   return mix.hash;
 }
 
@@ -375,7 +379,7 @@ void collective_group::rendezvous(std::size_t rank, const collective_fingerprint
   // this; every claim of this one will happen after it started, which
   // takes this rank's arrival below.
   if (!mine.inline_data)
-    claims_.store(0, std::memory_order_relaxed);
+    claims_.store(0); // seq_cst: claim() relies on it, see there
   slot.arrived.store(seq);
   if (may_be_refused(seq)) {
     std::lock_guard lock{mutex_};
@@ -504,7 +508,8 @@ void collective_group::check_fingerprints(std::size_t rank, const collective_fin
                : "cannot reduce across " + plural + ": the shapes of " + rank_name(0)
                      + "'s tensors differ from " + rank_name(other) + "'s";
     kind = 2;
-  } else if (differs([](const auto& f) { return f.inline_data; })) {
+  } else if (differs([](const auto& f) { return f.inline_data; })
+             || differs([](const auto& f) { return f.slice; })) {
     lead = plural + " issued the same collective with different chunk sizes, so some "
                     "published their data inline and some did not";
   } else {
@@ -517,6 +522,21 @@ void collective_group::check_fingerprints(std::size_t rank, const collective_fin
   if (kind == 2)
     throw shape_error(message);
   throw value_error(message);
+}
+
+std::size_t collective_group::claim(std::uint64_t seq) {
+  const auto piece = claims_.fetch_add(1);
+  // The count is reset only by an arrival at a later collective, which a
+  // rank of `seq` makes after it left `seq`: only after `seq` timed out (a
+  // started collective otherwise holds every rank to its barrier) or the
+  // group aborted. Both are marked (seq_cst) before that rank moves on, so
+  // a claim that read a reset count sees the mark below.
+  if (has_timeouts_.load() || aborted_flag_.load()) {
+    std::lock_guard lock{mutex_};
+    if (aborted_ || find_timed_out(seq) != nullptr)
+      return no_claim;
+  }
+  return piece;
 }
 
 void collective_group::wait_all_done(std::size_t rank, std::uint64_t seq,

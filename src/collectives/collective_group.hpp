@@ -109,6 +109,9 @@ struct collective_fingerprint {
   /// True for a collective whose ranks publish their data inline
   /// (collective_group::arrive_inline); it must be the same on every rank.
   bool inline_data = false;
+  /// Elements per claimed slice (allreduce_slices), which depends on the
+  /// chunk size; 0 where there are none. It must be the same on every rank.
+  std::size_t slice = 0;
 
   /// The bytes of one rank's data: elements of `shape` times the dtype size.
   std::size_t bytes() const;
@@ -193,12 +196,18 @@ public:
   /// valid as that function says.
   const void* inline_data(std::size_t rank, std::uint64_t seq) const noexcept;
 
-  /// The next unclaimed piece of work of the running collective (0, 1, ...):
-  /// each number goes to exactly one caller, so ranks can share out a
-  /// collective's slices as they come. Valid between a successful arrive()
-  /// and wait_all_done(); every arrive() resets the count before it counts
-  /// itself in, so it starts at 0 in every collective.
-  std::size_t claim() noexcept { return claims_.fetch_add(1, std::memory_order_relaxed); }
+  /// Returned by claim() when there is nothing to claim.
+  static constexpr std::size_t no_claim = SIZE_MAX;
+
+  /// The next unclaimed piece of work of collective `seq`, which the caller
+  /// runs (0, 1, ...): each number goes to exactly one caller, so ranks can
+  /// share out a collective's slices as they come. Call it between a
+  /// successful arrive() and wait_all_done(); every non-inline arrival
+  /// resets the count before it counts itself in, so it starts at 0 in every
+  /// collective. no_claim once `seq` timed out or the group aborted: a rank
+  /// that left a timed-out collective may already have reset the count for
+  /// its next one, and the buffers of `seq` may be gone.
+  std::size_t claim(std::uint64_t seq);
 
   /// What `rank` published with its arrival at the running collective;
   /// valid between a successful arrive() and wait_all_done() of the caller.
