@@ -37,7 +37,7 @@ constexpr std::string_view usage = R"(usage: train_fashion_mnist [options]
   --lr-decay D          the learning rate of epoch e is lr * D^e; default 0.85
   --optimizer NAME      adam (default) or sgd (with momentum 0.9)
   --seed S              seed of the initial weights and the shuffle; default 42
-  --steps-per-call K    training steps per strategy call; default 1
+  --steps-per-call K    training steps per strategy call (one dispatch to the replicas); default 10
   --checkpoint-dir DIR  save every epoch and on Ctrl-C; resume from the newest
   --metrics FILE        per-epoch CSV; default fashion_mnist_metrics.csv
   --plot FILE           loss and accuracy curves (SVG, gnuplot); default: FILE of --metrics with .svg
@@ -97,6 +97,7 @@ command_line parse(int argc, char** argv) {
   command_line cl;
   cl.config.replicas = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cl.config.epochs = 15;
+  cl.config.steps_per_call = 10;
   cl.config.lr_decay = 0.85;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
