@@ -1050,10 +1050,7 @@ void write_json(const std::string& path, const std::vector<row>& rows,
                             {"timeout_ms", rt.timeout.count()},
                             {"scheduler_threads", rt.scheduler_threads},
                             {"scheduler_policy", rt.scheduler_policy}};
-  std::ofstream file{path};
-  file << out.dump(2) << "\n";
-  if (!file)
-    throw std::runtime_error("--json: cannot write " + path);
+  lockstep::bench::write_json_file(path, out.dump(2));
 }
 
 } // namespace

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -35,6 +36,15 @@ inline std::vector<std::size_t> parse_list(std::string_view flag, std::string_vi
     start = comma + 1;
   }
   return out;
+}
+
+/// Writes `text` (a benchmark's --json document) to `path`, replacing it;
+/// std::runtime_error if it cannot.
+inline void write_json_file(const std::string& path, const std::string& text) {
+  std::ofstream file{path};
+  file << text << "\n";
+  if (!file)
+    throw std::runtime_error("--json: cannot write " + path);
 }
 
 /// Restricts this process (and every thread it starts later) to `cpus`.

@@ -211,10 +211,7 @@ void write_json(const std::string& path, const std::vector<row>& rows, const opt
                            {"us_per_step", r.us_per_step},
                            {"baseline_us_per_step", r.baseline_us_per_step},
                            {"ratio", r.ratio()}});
-  std::ofstream file{path};
-  file << out.dump(2) << "\n";
-  if (!file)
-    throw std::runtime_error("--json: cannot write " + path);
+  lockstep::bench::write_json_file(path, out.dump(2));
 }
 
 } // namespace

@@ -206,12 +206,9 @@ int main(int argc, char** argv) {
       }
     std::printf("\ntargets: 1 replica >= 0.9x the plain loop; 2 replicas >= 1.6x 1 replica\n");
     if (!opts.json.empty()) {
-      std::ofstream file{opts.json};
-      file << nlohmann::json{{"benchmark", "training"}, {"global_batch", opts.global_batch},
-                             {"rows", rows}}.dump(2)
-           << "\n";
-      if (!file)
-        throw std::runtime_error("--json: cannot write " + opts.json);
+      lockstep::bench::write_json_file(
+          opts.json, nlohmann::json{{"benchmark", "training"}, {"global_batch", opts.global_batch},
+                                    {"rows", rows}}.dump(2));
     }
     return 0;
   } catch (const std::exception& e) {

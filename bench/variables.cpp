@@ -322,10 +322,7 @@ void write_json(const std::string& path, const std::vector<row>& rows, const opt
     }
     out["rows"].push_back(j);
   }
-  std::ofstream file{path};
-  file << out.dump(2) << "\n";
-  if (!file)
-    throw std::runtime_error("--json: cannot write " + path);
+  lockstep::bench::write_json_file(path, out.dump(2));
 }
 
 } // namespace

@@ -104,6 +104,16 @@ bool bit_identical(const std::vector<tensor>& a, const std::vector<tensor>& b) {
   return true;
 }
 
+/// `resumed` went on from step `from` and ended where `straight` did, bit
+/// for bit.
+void check_resumed(const training_result& resumed, std::int64_t from,
+                   const training_result& straight) {
+  REQUIRE(resumed.resumed_from_step);
+  CHECK(*resumed.resumed_from_step == from);
+  CHECK(resumed.global_step == straight.global_step);
+  CHECK(bit_identical(straight.weights, resumed.weights));
+}
+
 } // namespace
 
 TEST_CASE("N replicas at global batch B reach the weights of one replica at batch B") {
@@ -177,11 +187,8 @@ TEST_CASE("a run resumed from its checkpoint ends with the bits of one that neve
     CHECK(error_of<value_error>([&] { (void) train(other_batch, data); }).find(
               "count steps of global batch 24, not 12") != std::string::npos);
     const auto resumed = train(rest, data);
-    REQUIRE(resumed.resumed_from_step);
-    CHECK(*resumed.resumed_from_step == 11);
+    check_resumed(resumed, 11, straight);
     CHECK(resumed.epochs.size() == 2);
-    CHECK(resumed.global_step == 33);
-    CHECK(bit_identical(straight.weights, resumed.weights));
   }
   SUBCASE("stopped in the middle of an epoch, as by Ctrl-C") {
     temporary_directory dir{"training"};
@@ -196,11 +203,7 @@ TEST_CASE("a run resumed from its checkpoint ends with the bits of one that neve
     const auto part = train(stopped, data, observer, &stop);
     CHECK(part.interrupted);
     CHECK(part.global_step == 15);
-    const auto resumed = train(stopped, data);
-    REQUIRE(resumed.resumed_from_step);
-    CHECK(*resumed.resumed_from_step == 15);
-    CHECK(resumed.global_step == 33);
-    CHECK(bit_identical(straight.weights, resumed.weights));
+    check_resumed(train(stopped, data), 15, straight);
   }
 }
 

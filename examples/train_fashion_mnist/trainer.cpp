@@ -82,16 +82,22 @@ training_state create_state(const strategy& strategy, const training_config& con
   return {std::move(model), std::move(opt), std::move(epoch), std::move(global_batch)};
 }
 
+/// The model's parameters as the calling replica's copies (the primary
+/// copies in cross-replica context).
+std::vector<tensor> read_parameters(const training_state& state) {
+  std::vector<tensor> parameters;
+  parameters.reserve(state.model.size());
+  for (const auto& v : state.model)
+    parameters.push_back(v.value());
+  return parameters;
+}
+
 /// One replica's step: gradients of its batch, summed across replicas on
 /// the replica threads, then applied once in cross-replica context.
 step_stats replica_step(replica_context& ctx, const training_config& config,
                         training_state& state, const tensor& images, const tensor& labels) {
-  std::vector<tensor> parameters;
-  parameters.reserve(state.model.size());
-  for (const auto& v : state.model)
-    parameters.push_back(v.value()); // this replica's copy
-  auto result
-      = loss_and_gradients(config.model, parameters, images, labels, config.global_batch);
+  auto result = loss_and_gradients(config.model, read_parameters(state), images, labels,
+                                   config.global_batch);
   auto summed = ctx.all_reduce(reduce_op::sum, std::move(result.gradients));
   ctx.merge_call(
       [&](strategy& s, const per_replica<std::vector<tensor>>& gradients) {
@@ -143,10 +149,7 @@ double test_accuracy(const strategy& strategy, const training_config& config,
   const auto step = iterator.next();
   auto correct = strategy.run(
       [&](const tensor& images, const tensor& labels) {
-        std::vector<tensor> parameters;
-        for (const auto& v : state.model)
-          parameters.push_back(v.value());
-        return count_correct(config.model, parameters, images, labels);
+        return count_correct(config.model, read_parameters(state), images, labels);
       },
       (*step)[0].leaf(), (*step)[1].leaf());
   std::int64_t sum = 0;
@@ -235,6 +238,10 @@ training_result train(const training_config& config, const training_data& data,
       iterator.next();
     step_stats totals;
     std::int64_t ran = 0; // steps this call took in this epoch
+    const auto data_ended = [&] {
+      return value_error("training: the data ended after " + std::to_string(done)
+                         + " of an epoch's " + std::to_string(steps_per_epoch) + " steps");
+    };
     while (done < steps_per_epoch && !out_of_steps()) {
       if (stop != nullptr && stop->load()) {
         save(epoch);
@@ -247,8 +254,7 @@ training_result train(const training_config& config, const training_data& data,
       if (config.steps_per_call == 1) {
         const auto step = iterator.next();
         if (!step)
-          throw value_error("training: the data ended after " + std::to_string(done)
-                            + " of an epoch's " + std::to_string(steps_per_epoch) + " steps");
+          throw data_ended();
         const auto stats = strategy.run(
             [&](replica_context& ctx, const tensor& images, const tensor& labels) {
               return replica_step(ctx, config, state, images, labels);
@@ -267,8 +273,7 @@ training_result train(const training_config& config, const training_data& data,
             iterator, static_cast<std::size_t>(steps));
         steps = static_cast<std::int64_t>(context.steps());
         if (steps == 0)
-          throw value_error("training: the data ended after " + std::to_string(done)
-                            + " of an epoch's " + std::to_string(steps_per_epoch) + " steps");
+          throw data_ended();
         for (const auto& s : per_replica_totals)
           totals += s;
       }
@@ -301,8 +306,7 @@ training_result train(const training_config& config, const training_data& data,
       observer.on_epoch(metrics);
   }
   strategy.extended().synchronize();
-  for (const auto& v : state.model)
-    result.weights.push_back(v.value());
+  result.weights = read_parameters(state);
   return result;
 }
 

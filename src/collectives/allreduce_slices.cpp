@@ -188,17 +188,8 @@ std::size_t total_elements(std::span<const tensor> inputs) {
   return total;
 }
 
-/// FNV-1a over 64-bit values.
-struct fnv1a {
-  std::uint64_t hash = 14695981039346656037ull;
-  void operator()(std::uint64_t value) noexcept {
-    hash ^= value;
-    hash *= 1099511628211ull;
-  }
-};
-
 std::uint64_t hash_layout(const allreduce_buffers& buffers, std::size_t end) {
-  fnv1a mix;
+  fingerprint_hash mix;
   auto& hash = mix.hash;
   for (const auto& t : buffers.inputs) {
     mix(t.rank());
@@ -213,8 +204,8 @@ std::uint64_t hash_layout(const allreduce_buffers& buffers, std::size_t end) {
 } // namespace
 
 batch_signature sign_batch(std::span<const tensor> tensors) {
-  fnv1a dtypes;
-  fnv1a shapes;
+  fingerprint_hash dtypes;
+  fingerprint_hash shapes;
   for (const auto& t : tensors) {
     dtypes(static_cast<std::uint64_t>(t.dtype()));
     shapes(t.rank());

@@ -42,27 +42,10 @@ std::string milliseconds(std::chrono::steady_clock::duration d) {
   return text;
 }
 
-/// A 64-bit hash of values and strings: each value is mixed in with
-/// splitmix64's finaliser, so every input bit reaches every hash bit.
-struct fnv1a {
-  std::uint64_t hash = 14695981039346656037ull;
-  void operator()(std::uint64_t value) noexcept {
-    auto z = hash ^ (value + 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    hash = z ^ (z >> 31);
-  }
-  void operator()(std::string_view text) noexcept {
-    for (unsigned char c : text)
-      (*this)(c);
-    (*this)(text.size());
-  }
-};
-
 /// A hash of everything in `f` but its sequence number: ranks compare
 /// digests on the hot path, and whole fingerprints only to word an error.
 std::uint64_t digest_of(const collective_fingerprint& f) noexcept {
-  fnv1a mix;
+  fingerprint_hash mix;
   mix(f.op);
   mix(f.reduction);
   mix(f.tag);
