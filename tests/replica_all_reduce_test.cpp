@@ -160,9 +160,9 @@ TEST_CASE("all_reduce on every path, replica count, element count, dtype and op 
   for (auto p : {path::fast, path::fast_small_chunks, path::cross_replica, path::merge})
     for (int n : world_sizes) {
       const auto un = static_cast<std::size_t>(n);
-      // 0, 1, 7, not divisible by n, and three 32 KiB chunks of float32 per
-      // replica's slice plus a remainder.
-      const std::int64_t counts[] = {0, 1, 7, 13 * n + (n > 1 ? 1 : 0), 3 * 8192 * n + 5};
+      // 0, 1, 7, not divisible by n, and three default (4 KiB) chunks of
+      // float32 per replica's share plus a remainder.
+      const std::int64_t counts[] = {0, 1, 7, 13 * n + (n > 1 ? 1 : 0), 3 * 1024 * n + 5};
       std::vector<sweep_case> cases;
       for (auto count : counts)
         for (auto type : all_dtypes)

@@ -69,67 +69,10 @@ void reduce_segment(const collective_group& group, std::size_t index, std::size_
   }
 }
 
-/// Asks for the first `bytes` of tensor `index` (from element `offset`) of
-/// every rank, inputs and outputs. A pack of small tensors is many short
-/// streams at scattered addresses, which the hardware prefetcher picks up
-/// late; fetching the next tensor while this one is reduced hides that.
-template <class T>
-void prefetch_segment(const collective_group& group, std::size_t index, std::size_t offset,
-                      std::size_t bytes) {
-  for (std::size_t r = 0; r < group.size(); ++r) {
-    const auto* buffers = static_cast<const published_buffers*>(group.payload(r));
-    const auto* input = reinterpret_cast<const char*>(static_cast<const T*>(buffers->inputs[index]) + offset);
-    const auto* output = reinterpret_cast<const char*>(static_cast<T*>(buffers->outputs[index]) + offset);
-    for (std::size_t at = 0; at < bytes; at += 64) {
-      __builtin_prefetch(input + at, 0);
-      if (output != input)
-        __builtin_prefetch(output + at, 1);
-    }
-  }
-}
-
 /// About how many slices a rank's share of a range is cut into: enough that
 /// ranks with a CPU can take over the slices of ranks without one, few
 /// enough that claiming costs nothing next to a slice's work.
 constexpr std::size_t slices_per_rank = 4;
-
-/// How many tensors ahead reduce_slice prefetches, and at most how many
-/// bytes of each.
-constexpr std::size_t prefetch_distance = 2;
-constexpr std::size_t prefetch_bytes = 8 * 1024;
-
-/// Reduces positions [first, last) of the concatenation of `mine`'s inputs,
-/// tensor by tensor.
-template <reduce_op Op, class T>
-void reduce_slice(const collective_group& group, const allreduce_buffers& mine,
-                  std::size_t first, std::size_t last, std::size_t chunk_bytes) {
-  if (first == last)
-    return;
-  const auto chunk = std::max<std::size_t>(1, chunk_bytes / sizeof(T));
-  auto* accumulator = reinterpret_cast<T*>(scratch(chunk * sizeof(T)));
-  std::size_t tensor_start = 0; // position of tensor i's first element
-  for (std::size_t i = 0; i < mine.inputs.size() && tensor_start < last; ++i) {
-    const auto size = static_cast<std::size_t>(mine.inputs[i].num_elements());
-    const auto from = std::max(first, tensor_start);
-    const auto to = std::min(last, tensor_start + size);
-    if (from < to) {
-      // The tensors prefetch_distance ahead (all of them at the first).
-      auto ahead_start = tensor_start + size;
-      for (std::size_t k = i + 1; k < mine.inputs.size() && k <= i + prefetch_distance
-                                  && ahead_start < last;
-           ++k) {
-        const auto length = static_cast<std::size_t>(mine.inputs[k].num_elements());
-        if (from == first || k == i + prefetch_distance)
-          prefetch_segment<T>(group, k, 0,
-                              std::min({length, last - ahead_start, prefetch_bytes / sizeof(T)})
-                                  * sizeof(T));
-        ahead_start += length;
-      }
-      reduce_segment<Op, T>(group, i, from - tensor_start, to - from, chunk, accumulator);
-    }
-    tensor_start += size;
-  }
-}
 
 /// Calls `segment(i, offset, count)` for the part of each tensor of
 /// `buffers` within positions [begin, end) of their concatenation.
@@ -145,6 +88,19 @@ void for_each_segment(std::span<const tensor> tensors, std::size_t begin, std::s
       segment(i, from - tensor_start, to - from);
     tensor_start += size;
   }
+}
+
+/// Reduces positions [first, last) of the concatenation of `mine`'s inputs,
+/// tensor by tensor.
+template <reduce_op Op, class T>
+void reduce_slice(const collective_group& group, const allreduce_buffers& mine,
+                  std::size_t first, std::size_t last, std::size_t chunk_bytes) {
+  const auto chunk = std::max<std::size_t>(1, chunk_bytes / sizeof(T));
+  auto* accumulator = reinterpret_cast<T*>(scratch(chunk * sizeof(T)));
+  for_each_segment(mine.inputs, first, last,
+                   [&](std::size_t i, std::size_t offset, std::size_t count) {
+                     reduce_segment<Op, T>(group, i, offset, count, chunk, accumulator);
+                   });
 }
 
 /// The small-collective path: every rank reduces the whole range from the
