@@ -131,8 +131,8 @@ struct slice_all_reduce_options {
   /// How `batch_reduce` and `replica_context::all_reduce` of several
   /// tensors pack them.
   pack_options packing;
-  /// Test-only: bytes per chunk of a rank's slice (0: 4 KiB), so small
-  /// tensors reach the multi-chunk paths.
+  /// Test-only: bytes per chunk of a rank's slice (0: 4 KiB up to 4
+  /// replicas, 16 KiB beyond), so small tensors reach the multi-chunk paths.
   std::size_t chunk_bytes = 0;
 };
 

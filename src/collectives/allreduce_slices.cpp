@@ -285,7 +285,8 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   thread_local collective_fingerprint fingerprint;
   fill_fingerprint(fingerprint, seq == 0 ? group.next_seq(rank) : seq, op, mine, end, total,
                    options);
-  const auto chunk_bytes = options.chunk_bytes == 0 ? default_chunk_bytes : options.chunk_bytes;
+  const auto chunk_bytes = options.chunk_bytes == 0 ? default_chunk_bytes(group.size())
+                                                     : options.chunk_bytes;
   // A range that fits in one chunk and in a rank's inline area meets once.
   const auto bytes = (end - mine.begin) * size_of(fingerprint.dtype);
   fingerprint.inline_data = bytes <= std::min(chunk_bytes, collective_group::inline_capacity);

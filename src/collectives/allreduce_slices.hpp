@@ -13,7 +13,8 @@
 // group (collective_group::claim) until none is left, so a rank that has a
 // CPU takes the slices of one that waits for a CPU (4 replicas on 2 cores).
 // A rank reduces a slice chunk by chunk, a chunk never crossing a tensor
-// boundary: a chunk (chunk_bytes, 4 KiB by default) is copied from rank 0's input into a
+// boundary: a chunk (chunk_bytes, by default 4 KiB up to 4 ranks, 16 KiB
+// beyond) is copied from rank 0's input into a
 // scratch block, combined with the inputs of ranks 1, ..., N-1 in that fixed
 // order (so results are bit-identical on every run, on every rank, and to a
 // one-by-one reduction of the pack's tensors), and written to every rank's
@@ -85,12 +86,16 @@ struct batch_signature {
 /// The signature of `tensors`.
 batch_signature sign_batch(std::span<const tensor> tensors);
 
-/// The chunk size when collective_options::chunk_bytes is 0: small enough
-/// that the scratch block and the chunks streaming through it share L1d
-/// (32 KiB here) with room to spare. Measured on the 2-core VM, 2 replicas,
-/// 4 and 16 MiB: 4 KiB chunks reach 1.3-1.6x the algbw of 32 KiB ones, and
-/// 4 replicas are no slower.
-inline constexpr std::size_t default_chunk_bytes = 4 * 1024;
+/// The chunk size for `ranks` ranks when collective_options::chunk_bytes is
+/// 0. Up to 4 ranks, 4 KiB: the scratch block and the chunks streaming
+/// through it stay in L1d (32 KiB here); measured on the 2-core VM, 2 ranks
+/// reach 1.3-1.6x the algbw of 32 KiB chunks at 4-64 MiB, 4 ranks the same.
+/// Beyond 4, 16 KiB: a chunk reads that many inputs one after another, and
+/// runs of 4 KiB are too short for the hardware prefetcher (8 ranks: 16 KiB
+/// chunks 1.3x the algbw of 4 KiB ones, as much as 32 KiB ones).
+constexpr std::size_t default_chunk_bytes(std::size_t ranks) {
+  return ranks <= 4 ? 4 * 1024 : 16 * 1024;
+}
 
 /// One rank's part of an all-reduce: the results of `inputs[i]` go to
 /// `outputs[i]`; the collective reduces elements [begin, end) of the
