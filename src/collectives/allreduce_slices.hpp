@@ -13,9 +13,9 @@
 // group (collective_group::claim) until none is left, so a rank that has a
 // CPU takes the slices of one that waits for a CPU (4 replicas on 2 cores).
 // A rank reduces a slice chunk by chunk, a chunk never crossing a tensor
-// boundary: a chunk (chunk_bytes, by default 4 KiB up to 4 ranks, 16 KiB
-// beyond) is copied from rank 0's input into a
-// scratch block, combined with the inputs of ranks 1, ..., N-1 in that fixed
+// boundary: a chunk (chunk_bytes; by default 4 KiB up to 4 ranks, 16 KiB
+// beyond) is copied from rank 0's input into a scratch block, combined
+// with the inputs of ranks 1, ..., N-1 in that fixed
 // order (so results are bit-identical on every run, on every rank, and to a
 // one-by-one reduction of the pack's tensors), and written to every rank's
 // output while it is still in cache. Which rank reduces a slice does not
