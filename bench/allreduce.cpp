@@ -76,7 +76,9 @@
 // At the end, the targets with the measured value and pass/fail;
 // Open MPI's figures are the peers' (reference/peers-bench/RESULTS.md,
 // vader shared memory, in place, buffers left cache-resident: here they are
-// rotated, which can only make lockstep look slower).
+// rotated, which can only make lockstep look slower). They were measured on
+// one host; tools/compare_mpi.sh measures Open MPI next to this benchmark on
+// the machine at hand, over several rounds.
 
 #include "lockstep/lockstep.hpp"
 
@@ -129,8 +131,9 @@ constexpr std::size_t tensor_overhead = 512;
 // -- the targets' reference figures ---------------------------------------------
 
 /// Open MPI 4.1.4 MPI_Allreduce (MPI_IN_PLACE, SUM, float32, default vader
-/// shared memory) on this machine: reference/peers-bench/RESULTS.md,
-/// median of quiet launches, 2026-11-22.
+/// shared memory) on the peers' host: reference/peers-bench/RESULTS.md,
+/// median of quiet launches, 2026-11-22 (tools/compare_mpi.sh measures the
+/// machine at hand).
 constexpr double open_mpi_latency_us = 0.74; // 4 B, 2 ranks
 
 struct open_mpi_figure {
@@ -1223,7 +1226,8 @@ int main(int argc, char** argv) {
     }
     const auto targets = evaluate_targets(rows, waiting, opts);
     if (!targets.empty()) {
-      std::printf("\nTargets (Open MPI figures: reference/peers-bench/RESULTS.md):\n\n");
+      std::printf("\nTargets (Open MPI figures: reference/peers-bench/RESULTS.md, from the "
+                  "peers' host; tools/compare_mpi.sh measures Open MPI here):\n\n");
       print_targets(targets);
     }
     if (!opts.json.empty()) {
