@@ -116,6 +116,8 @@ using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
+using lockstep::bench::summarize;
+using lockstep::bench::summary;
 using lockstep::tensor;
 using clock_type = std::chrono::steady_clock;
 
@@ -296,21 +298,6 @@ std::string size_string(std::size_t bytes) {
 }
 
 // -- statistics -----------------------------------------------------------------
-
-struct summary {
-  double median = 0;
-  double min = 0;
-  double max = 0;
-};
-
-summary summarize(std::vector<double> xs) {
-  if (xs.empty())
-    throw std::logic_error("summarize: no samples");
-  std::sort(xs.begin(), xs.end());
-  const auto n = xs.size();
-  const double median = n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-  return {median, xs.front(), xs.back()};
-}
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();

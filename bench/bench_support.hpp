@@ -1,6 +1,6 @@
 #pragma once
 
-// Command-line helpers shared by the benchmarks.
+// Command-line and statistics helpers shared by the benchmarks.
 
 #include <algorithm>
 #include <cerrno>
@@ -82,6 +82,23 @@ void parse_flags(int argc, char** argv, std::string_view usage, Set set) {
     if (!set(flag, std::string_view{argv[++i]}))
       throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
   }
+}
+
+/// The median (the mean of the middle two for an even count), least and
+/// greatest of some repeated measurements.
+struct summary {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+};
+
+/// The summary of `xs`; throws std::logic_error when it is empty.
+inline summary summarize(std::vector<double> xs) {
+  if (xs.empty())
+    throw std::logic_error("summarize: no samples");
+  std::sort(xs.begin(), xs.end());
+  const auto n = xs.size();
+  return {n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2, xs.front(), xs.back()};
 }
 
 } // namespace lockstep::bench

@@ -52,6 +52,8 @@ using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
+using lockstep::bench::summarize;
+using lockstep::bench::summary;
 using clock_type = std::chrono::steady_clock;
 
 /// A figure is acceptable when lockstep takes at most this many times the
@@ -288,19 +290,6 @@ sample measure_baseline(thread_baseline& baseline, const options& opts, std::siz
 }
 
 // -- statistics and output ----------------------------------------------------------
-
-struct summary {
-  double median;
-  double min;
-  double max;
-};
-
-summary summarize(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const auto n = xs.size();
-  const double median = n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-  return {median, xs.front(), xs.back()};
-}
 
 struct row {
   std::string what;

@@ -48,6 +48,8 @@ using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
+using lockstep::bench::summarize;
+using lockstep::bench::summary;
 using clock_type = std::chrono::steady_clock;
 
 /// A figure is acceptable when the multi-step loop takes at most this share
@@ -159,22 +161,15 @@ double multi_step_calls(const lockstep::strategy& s,
 
 // -- statistics and output ------------------------------------------------------
 
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  const auto n = xs.size();
-  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-}
-
 struct row {
   std::size_t replicas;
   std::size_t steps_per_call;
-  double us_per_step;          // (b), median
-  double baseline_us_per_step; // (a), median
-  double input_us_per_step;    // (c), median
-  double min_b, max_b, min_a, max_a;
-  double ratio() const { return us_per_step / baseline_us_per_step; }
-  double coordination() const { return us_per_step - input_us_per_step; }
-  double baseline_coordination() const { return baseline_us_per_step - input_us_per_step; }
+  summary multi_step; // (b), us per step
+  summary separate;   // (a)
+  summary input;      // (c)
+  double ratio() const { return multi_step.median / separate.median; }
+  double coordination() const { return multi_step.median - input.median; }
+  double baseline_coordination() const { return separate.median - input.median; }
   /// (b - c) / (a - c); infinite when (a) took no longer than its input.
   double coordination_ratio() const {
     return baseline_coordination() > 0 ? std::max(0.0, coordination()) / baseline_coordination()
@@ -202,29 +197,21 @@ row measure(std::size_t n, const options& opts) {
     b.push_back(multi_step_calls(s, data, opts));
     c.push_back(input_only(data, opts));
   }
-  return {n,
-          opts.steps,
-          median(b),
-          median(a),
-          median(c),
-          *std::min_element(b.begin(), b.end()),
-          *std::max_element(b.begin(), b.end()),
-          *std::min_element(a.begin(), a.end()),
-          *std::max_element(a.begin(), a.end())};
+  return {n, opts.steps, summarize(b), summarize(a), summarize(c)};
 }
 
-std::string range_string(double lo, double hi) {
+std::string range_string(const summary& s) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "[%.2f-%.2f]", lo, hi);
+  std::snprintf(buf, sizeof buf, "[%.2f-%.2f]", s.min, s.max);
   return buf;
 }
 
 void print_row(const row& r) {
   std::printf("| %2zu | %2zu | %8.2f %-17s | %8.2f %-17s | %9.2f | %8.2f | %8.2f | %11.2f | "
               "%7.2f | %-7s |\n",
-              r.replicas, r.steps_per_call, r.us_per_step, range_string(r.min_b, r.max_b).c_str(),
-              r.baseline_us_per_step, range_string(r.min_a, r.max_a).c_str(),
-              r.input_us_per_step, r.coordination(), r.baseline_coordination(),
+              r.replicas, r.steps_per_call, r.multi_step.median, range_string(r.multi_step).c_str(),
+              r.separate.median, range_string(r.separate).c_str(), r.input.median,
+              r.coordination(), r.baseline_coordination(),
               r.coordination_ratio(), r.ratio(),
               r.coordination_ratio() <= target_ratio ? "ok" : "ABOVE");
   std::fflush(stdout);
@@ -241,9 +228,9 @@ void write_json(const std::string& path, const std::vector<row>& rows, const opt
   for (const auto& r : rows)
     out["rows"].push_back({{"replicas", r.replicas},
                            {"steps_per_call", r.steps_per_call},
-                           {"us_per_step", r.us_per_step},
-                           {"baseline_us_per_step", r.baseline_us_per_step},
-                           {"input_us_per_step", r.input_us_per_step},
+                           {"us_per_step", r.multi_step.median},
+                           {"baseline_us_per_step", r.separate.median},
+                           {"input_us_per_step", r.input.median},
                            {"coordination_ratio", r.coordination_ratio()},
                            {"ratio", r.ratio()}});
   lockstep::bench::write_json_file(path, out.dump(2));

@@ -38,6 +38,7 @@ using namespace fashion_mnist;
 using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
+using lockstep::bench::summarize;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -164,11 +165,6 @@ double lockstep_training(const training_data& data, const options& opts, std::si
          / std::chrono::duration<double>(end - start).count();
 }
 
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  return xs[xs.size() / 2];
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -192,13 +188,13 @@ int main(int argc, char** argv) {
         for (auto k : opts.steps_per_call)
           arms[arm++].push_back(lockstep_training(data, opts, n, k));
     }
-    const auto base = median(baseline);
+    const auto base = summarize(baseline).median;
     // rates[{n, k}]: the median examples/s of n replicas at k steps per call.
     std::map<std::pair<std::size_t, std::size_t>, double> rates;
     std::size_t arm = 0;
     for (auto n : opts.replicas)
       for (auto k : opts.steps_per_call)
-        rates[{n, k}] = median(arms[arm++]);
+        rates[{n, k}] = summarize(arms[arm++]).median;
     const auto one_replica = [&](std::size_t k) {
       const auto it = rates.find({1, k});
       return it == rates.end() ? 0.0 : it->second;

@@ -52,6 +52,7 @@ using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
+using lockstep::bench::summarize;
 using clock_type = std::chrono::steady_clock;
 
 constexpr double target_ratio = 1.5;
@@ -239,11 +240,6 @@ struct row {
   double ratio() const { return lockstep_us / baseline_us; }
 };
 
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  return xs[xs.size() / 2];
-}
-
 template <class Arm>
 double time_steps(Arm& arm, std::size_t steps) {
   const auto start = clock_type::now();
@@ -275,8 +271,8 @@ row measure(std::size_t k, std::size_t bytes, std::size_t n, const options& opts
   if (lockstep.first_value() != baseline.first_value())
     throw std::runtime_error("the arms disagree: lockstep " + std::to_string(lockstep.first_value())
                              + " vs baseline " + std::to_string(baseline.first_value()));
-  r.lockstep_us = median(ours);
-  r.baseline_us = median(theirs);
+  r.lockstep_us = summarize(ours).median;
+  r.baseline_us = summarize(theirs).median;
   return r;
 }
 
