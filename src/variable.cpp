@@ -277,6 +277,19 @@ variable variable::container() const {
   return variable{state_, std::nullopt};
 }
 
+std::optional<variable>
+component_traits<variable>::container(const std::vector<variable>& values) {
+  if (values.empty())
+    return std::nullopt;
+  const auto& state = values[0].state();
+  if (state.copies.size() != values.size())
+    return std::nullopt;
+  for (std::size_t r = 0; r < values.size(); ++r)
+    if (&values[r].state() != &state || values[r].component() != r)
+      return std::nullopt;
+  return values[0].container();
+}
+
 lockstep::strategy variable::strategy() const {
   return state_->strategy->handle();
 }

@@ -63,4 +63,12 @@ public:
   using error::error;
 };
 
+/// TF's ResourceExhaustedError: the process could not get a resource it
+/// needs (threads, memory); the message names what failed and how far the
+/// operation had come.
+class resource_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace lockstep

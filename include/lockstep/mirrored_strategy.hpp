@@ -5,6 +5,7 @@
 #include "lockstep/strategy.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -18,6 +19,10 @@ struct mirrored_options {
   /// Default deadline of `run`; unset: runtime_options' timeout.
   std::optional<std::chrono::milliseconds> timeout;
 };
+
+/// The most replicas (devices) one mirrored strategy can run: its
+/// collectives count the replicas and the calling thread in 12 bits.
+inline constexpr std::size_t max_mirrored_replicas = 4095;
 
 /// TF's MirroredStrategy: one replica per local device, each a replica actor
 /// on its own thread, created once and reused by every `run`. Devices are

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -23,6 +24,15 @@ namespace lockstep {
 template <class T>
 struct identity_traits {
   static bool same_object(const T&, const T&) noexcept { return false; }
+};
+
+/// TF's `regroup` of the components of one distributed container: when
+/// `values[r]` is component r of one container with exactly that many
+/// components, `container` gives it back, and the values collapse into it.
+/// Specialised for variables (variable.hpp); nothing else has components.
+template <class T>
+struct component_traits {
+  static std::optional<T> container(const std::vector<T>&) { return std::nullopt; }
 };
 
 template <>
@@ -89,9 +99,16 @@ public:
   per_replica() = default;
 
   /// One value per replica. Collapses (`is_single()`) when there is one
-  /// value or all are the same object, as TF's `regroup` does.
+  /// value or all are the same object, as TF's `regroup` does; components
+  /// 0..N-1 of one distributed variable collapse into the variable itself
+  /// (every component, `primary()` included, becomes the container).
   explicit per_replica(std::vector<T> values)
     : distributed_values<T>(std::move(values), false) {
+    if (auto whole = component_traits<T>::container(this->values_)) {
+      this->values_.assign(this->values_.size(), *whole);
+      this->single_ = true;
+      return;
+    }
     this->single_ = this->all_same();
   }
 

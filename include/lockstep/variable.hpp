@@ -167,6 +167,13 @@ struct identity_traits<variable> {
   }
 };
 
+/// TF's regroup: copies 0..N-1 of one distributed variable, in order, are
+/// that variable.
+template <>
+struct component_traits<variable> {
+  static std::optional<variable> container(const std::vector<variable>& values);
+};
+
 /// TF's experimental_local_results of a variable: its copies.
 inline std::vector<variable> local_results(const variable& v) {
   return v.values();
