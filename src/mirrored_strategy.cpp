@@ -4,6 +4,7 @@
 #include "lockstep/mirrored_strategy.hpp"
 
 #include "actors/coordinator.hpp"
+#include "error_text.hpp"
 #include "strategy_state.hpp"
 
 #include "lockstep/config.hpp"
@@ -23,10 +24,10 @@ namespace lockstep {
 namespace {
 
 std::string list_string(const std::vector<device_spec>& devices) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < devices.size(); ++i)
-    out += (i > 0 ? ", " : "") + devices[i].to_string();
-  return out + "]";
+  std::vector<std::string> names;
+  for (const auto& d : devices)
+    names.push_back(d.to_string());
+  return "[" + detail::joined_list(names) + "]";
 }
 
 /// All GPUs when built with CUDA and one is visible, else the first CPU.
@@ -95,6 +96,10 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
                       + ", after canonicalization: " + list_string(devices));
   if (!local)
     check_remote_devices(devices);
+  if (devices.size() > max_mirrored_replicas)
+    throw value_error("mirrored_strategy runs at most " + std::to_string(max_mirrored_replicas)
+                      + " replicas (max_mirrored_replicas), got " + std::to_string(devices.size())
+                      + " devices");
   const auto timeout = detail::checked_timeout(
     options.timeout.value_or(get_runtime_options().timeout), "mirrored_strategy");
   auto ops = options.cross_device_ops ? std::move(options.cross_device_ops)

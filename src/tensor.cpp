@@ -6,8 +6,12 @@
 #include <limits>
 #include <new>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "lockstep/error.hpp"
+
+#include "error_text.hpp"
 
 namespace lockstep {
 
@@ -49,10 +53,10 @@ std::string format_element(T value) {
 } // namespace
 
 std::string shape_to_string(const shape_t& shape) {
-  std::string result = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    result += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
-  return result + "]";
+  std::vector<std::string> dims;
+  for (auto d : shape)
+    dims.push_back(std::to_string(d));
+  return "[" + detail::joined_list(dims, 2 * detail::items_in_errors) + "]";
 }
 
 // -- construction -------------------------------------------------------------

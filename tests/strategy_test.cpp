@@ -601,3 +601,22 @@ TEST_CASE("a mirrored strategy with hierarchical_copy: all_reduce of several ten
       CHECK(s.reduce(reduce_op::sum, values) == tensor::filled(dtype::i32, {4}, n * (n + 1) / 2));
     }
 }
+
+TEST_CASE("errors about thousands of devices name a few and count the rest") {
+  auto devices = cpu_devices(5000);
+  devices.push_back(devices[7]);
+  try {
+    mirrored_strategy s{devices};
+    FAIL("constructed");
+  } catch (const value_error& e) {
+    const std::string what = e.what();
+    CHECK(what.size() < 1200);
+    CHECK(what.find("... and 4993 more") != std::string::npos);
+  }
+  try {
+    mirrored_strategy s{cpu_devices(max_mirrored_replicas + 1)};
+    FAIL("constructed");
+  } catch (const value_error& e) {
+    CHECK(std::string(e.what()).find("at most 4095 replicas") != std::string::npos);
+  }
+}

@@ -8,6 +8,7 @@
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
+#include "error_text.hpp"
 #include "spin_wait.hpp"
 
 namespace lockstep::detail {
@@ -651,15 +652,16 @@ std::string collective_group::describe_missing(std::uint64_t seq,
     if (barrier ? slot.finished.load() != seq : slot.arrived.load() != seq)
       missing.push_back(r);
   }
-  std::string text;
-  for (std::size_t i = 0; i < missing.size(); ++i)
-    text += (i == 0 ? (missing.size() == 1 ? rank_noun_ + " " : rank_noun_ + "s ") : ", ")
-            + std::to_string(missing[i]);
+  std::vector<std::string> numbers;
+  for (auto r : missing)
+    numbers.push_back(std::to_string(r));
+  std::string text = rank_noun_ + (missing.size() == 1 ? " " : "s ") + joined_list(numbers);
   text += (barrier ? " did not finish " : " did not reach ") + issued.to_string();
   // Where each missing rank is instead, so a skipped or reordered
-  // collective shows up as such.
-  for (auto r : missing)
-    text += "; " + rank_name(r) + (barrier ? " arrived but is still working on it" : where_is(r));
+  // collective shows up as such (the first few).
+  for (std::size_t i = 0; i < missing.size() && i < items_in_errors; ++i)
+    text += "; " + rank_name(missing[i])
+            + (barrier ? " arrived but is still working on it" : where_is(missing[i]));
   return text;
 }
 
