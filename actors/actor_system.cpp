@@ -1,29 +1,101 @@
 #include "actor_system.hpp"
 
+#include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 namespace lockstep::actors {
 
 namespace {
+
+/// The threads of this process, from /proc/self/status; 0 if unknown.
+std::size_t threads_of_this_process() {
+  std::ifstream status{"/proc/self/status"};
+  std::string key;
+  while (status >> key) {
+    if (key == "Threads:") {
+      std::size_t n = 0;
+      status >> n;
+      return n;
+    }
+    status.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+/// Throws resource_error unless `needed` more threads can be started now.
+/// CAF's actor system starts its scheduler's threads in its constructor and
+/// cannot stop the ones it started when a later one fails (the process
+/// would terminate), so the headroom is tried first: `needed` threads that
+/// wait until all exist. They are joined and, before returning, reaped by
+/// the kernel, so that the threads they stood in for fit under the same
+/// limit (ulimit -u, a cgroup's pids.max).
+void check_thread_headroom(std::size_t needed) {
+  const auto before = threads_of_this_process();
+  std::mutex mutex;
+  std::condition_variable released;
+  bool release = false;
+  std::vector<std::thread> probes;
+  std::string failure;
+  for (std::size_t i = 0; i < needed && failure.empty(); ++i) {
+    try {
+      probes.emplace_back([&] {
+        std::unique_lock<std::mutex> lock{mutex};
+        released.wait(lock, [&] { return release; });
+      });
+    } catch (const std::system_error& e) {
+      failure = e.what();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock{mutex};
+    release = true;
+  }
+  released.notify_all();
+  const auto started = probes.size();
+  for (auto& t : probes)
+    t.join();
+  if (!failure.empty())
+    throw resource_error("lockstep cannot start its actor system: it needs " + std::to_string(needed)
+                         + " threads, and only " + std::to_string(started)
+                         + " could be started (" + failure
+                         + "); is a limit on threads such as ulimit -u or a container's "
+                           "pids limit reached?");
+  // A joined thread leaves the count (and frees its slot under the limit)
+  // a moment after join returns.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{1};
+  while (before != 0 && threads_of_this_process() > before
+         && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds{100});
+}
 
 /// The config must outlive the system, which keeps a reference to it.
 struct system_with_config {
   explicit system_with_config(const runtime_options& options)
     : config(make_config(options)), system(config) {}
 
-  static caf::actor_system_config make_config(const runtime_options& options) {
-    caf::actor_system_config cfg;
+  static std::size_t scheduler_threads(const runtime_options& options) {
     auto threads = options.scheduler_threads;
     if (threads == 0)
       threads = std::max(1u, std::thread::hardware_concurrency());
-    cfg.set("scheduler.max-threads", threads);
+    return threads;
+  }
+
+  static caf::actor_system_config make_config(const runtime_options& options) {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", scheduler_threads(options));
     cfg.set("scheduler.policy", caf::atom_from_string(options.scheduler_policy));
     cfg.set("work-stealing.moderate-sleep-duration",
             caf::timespan{options.scheduler_moderate_sleep});
@@ -42,7 +114,10 @@ std::shared_ptr<caf::actor_system> shared_actor_system() {
   std::lock_guard<std::mutex> lock{mutex};
   if (auto existing = current.lock())
     return existing;
-  auto holder = std::make_shared<system_with_config>(get_runtime_options());
+  const auto& options = get_runtime_options();
+  // The scheduler's workers, its timer thread, and one to spare.
+  check_thread_headroom(system_with_config::scheduler_threads(options) + 2);
+  auto holder = std::make_shared<system_with_config>(options);
   std::shared_ptr<caf::actor_system> system{holder, &holder->system};
   current = system;
   return system;

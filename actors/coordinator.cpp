@@ -4,6 +4,7 @@
 #include "messages.hpp"
 #include "prompt_blocking_actor.hpp"
 #include "replica_actor.hpp"
+#include "error_text.hpp"
 #include "log.hpp"
 #include "spin_wait.hpp"
 #include "thread_mode.hpp"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 namespace lockstep::actors {
@@ -51,6 +53,17 @@ public:
 
   const char* name() const override { return "coordinator"; }
 };
+
+/// "1st", "2nd", "3rd", "4th", ..., "11th", "21st".
+std::string ordinal(std::size_t n) {
+  const auto tens = n % 100;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : n % 10 == 1              ? "st"
+                       : n % 10 == 2              ? "nd"
+                       : n % 10 == 3              ? "rd"
+                                                  : "th";
+  return std::to_string(n) + suffix;
+}
 
 } // namespace
 
@@ -89,13 +102,53 @@ coordinator::coordinator(detail::strategy_state& state)
     system_->next_actor_id(), system_->node(), system_.get(), cfg, spin);
   self_ = static_cast<caf::blocking_actor*>(caf::actor_cast<caf::abstract_actor*>(mailbox_));
   auto me = caf::actor_cast<caf::actor>(mailbox_);
-  for (std::size_t r = 0; r < state.devices.size(); ++r)
-    replicas_.push_back(system_->spawn<replica_actor>(me, std::ref(state), r, spin));
+  for (std::size_t r = 0; r < state.devices.size(); ++r) {
+    try {
+      replicas_.push_back(spawn_replica(me, r, spin));
+    } catch (const std::exception& e) {
+      fail_start(r, e.what());
+    }
+  }
+}
+
+caf::actor coordinator::spawn_replica(const caf::actor& me, std::size_t r,
+                                      std::chrono::microseconds spin) {
+  if (const auto& hook = replica_start_hook())
+    hook(r);
+  try {
+    return system_->spawn<replica_actor>(me, std::ref(state_), r, spin);
+  } catch (const std::system_error&) {
+    // std::thread failed inside CAF's blocking_actor::launch, which had
+    // already counted the thread as detached: without undoing that, the
+    // actor system would wait for it forever when it shuts down. (The
+    // actor's registration is undone by its own cleanup when its last
+    // handle goes.)
+    system_->dec_detached_threads();
+    throw;
+  }
+}
+
+void coordinator::fail_start(std::size_t replica, const std::string& reason) {
+  const auto started = replicas_.size();
+  const bool stopped = stop();
+  self_->cleanup(caf::exit_reason::normal, &context_);
+  throw resource_error(
+    state_.name() + ": could not start the thread of "
+    + detail::describe_replica(state_, replica) + ", the " + ordinal(replica + 1) + " of "
+    + std::to_string(state_.devices.size()) + " replicas: " + reason + "; the "
+    + std::to_string(started) + " replicas that had started "
+    + (stopped ? "were stopped" : "did not all stop in time")
+    + " (a limit on threads, such as ulimit -u or a container's pids limit, or memory?)");
 }
 
 coordinator::~coordinator() {
   stop();
   self_->cleanup(caf::exit_reason::normal, &context_);
+}
+
+std::function<void(std::size_t)>& coordinator::replica_start_hook() {
+  static std::function<void(std::size_t)> hook;
+  return hook;
 }
 
 bool coordinator::stop() noexcept {
@@ -146,14 +199,15 @@ coordinator::run(std::shared_ptr<const detail::replica_function> fn,
     if (c.count(call::phase::merging) == 0)
       return std::move(c.values);
     if (c.count(call::phase::finished) > 0) {
-      std::string returned, waiting;
+      std::vector<std::string> returned, waiting;
       for (std::size_t r = 0; r < c.phases.size(); ++r) {
         auto& list = c.phases[r] == call::phase::finished ? returned : waiting;
-        list += (list.empty() ? "" : ", ") + detail::describe_replica(state_, r);
+        list.push_back(detail::describe_replica(state_, r));
       }
       fail(c, std::make_exception_ptr(context_error(
                 "Some replicas made a different number of replica_context().merge_call() "
-                "calls. Returned: " + returned + "; waiting in merge_call: " + waiting)));
+                "calls. Returned: " + detail::joined_list(returned)
+                + "; waiting in merge_call: " + detail::joined_list(waiting))));
       deadline = clock::now() + unwind_grace;
       continue;
     }
@@ -279,7 +333,7 @@ void coordinator::abort_merging(call& c) {
 }
 
 void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
-  std::string missing, waiting;
+  std::vector<std::string> stalled, merging_replicas;
   const auto& group = state_.replica_collectives;
   const auto first_collective = c.seq << detail::collectives_per_call_bits;
   for (std::size_t r = 0; r < c.phases.size(); ++r) {
@@ -287,12 +341,14 @@ void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
     // cancel below unwinds it at once, as an abort does in merge_call.
     if (c.phases[r] == call::phase::running && busy_[r] == 0
         && !(group && group->waiting(r, first_collective))) {
-      missing += (missing.empty() ? "" : ", ") + detail::describe_replica(state_, r);
+      stalled.push_back(detail::describe_replica(state_, r));
       c.phases[r] = call::phase::stalled;
     } else if (c.phases[r] == call::phase::merging) {
-      waiting += (waiting.empty() ? "" : ", ") + detail::describe_replica(state_, r);
+      merging_replicas.push_back(detail::describe_replica(state_, r));
     }
   }
+  const auto missing = detail::joined_list(stalled);
+  const auto waiting = detail::joined_list(merging_replicas);
   LOCKSTEP_LOG_WARN("{}: {} still running after {} ms", state_.name(), missing, timeout.count());
   // Replicas waiting in an all_reduce for the others: name the collective
   // and who did not reach it, with the group's flight recorder.

@@ -20,7 +20,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace lockstep::actors {
@@ -40,9 +42,19 @@ public:
   std::vector<std::any> run(std::shared_ptr<const detail::replica_function> fn,
                             std::chrono::milliseconds timeout) override;
 
+  /// Test seam: called with the replica's index before each replica actor
+  /// is started; an exception from it fails that start as a failed thread
+  /// creation would. Not thread-safe; tests only.
+  static std::function<void(std::size_t)>& replica_start_hook();
+
 private:
   struct call;
   using time_point = std::chrono::steady_clock::time_point;
+
+  caf::actor spawn_replica(const caf::actor& me, std::size_t r, std::chrono::microseconds spin);
+  /// Stops the replicas started so far and throws resource_error naming
+  /// `replica`, `reason` and how many had started.
+  [[noreturn]] void fail_start(std::size_t replica, const std::string& reason);
 
   /// Replicas the call still waits for (running, not busy).
   std::size_t awaited(const call& c) const;

@@ -4,6 +4,7 @@
 
 #include "lockstep/strategy.hpp"
 
+#include "error_text.hpp"
 #include "spin_wait.hpp"
 #include "strategy_state.hpp"
 #include "thread_mode.hpp"
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <thread>
 #include <optional>
+#include <system_error>
 
 #include <sstream>
 
@@ -68,8 +70,18 @@ actors::device_executor& strategy_state::device_executor(std::size_t device) {
   if (device_executors_.empty()) {
     // Replica threads are idle while posted writes run.
     const auto spin = spin_budget(devices.size() + 1);
-    for (const auto& d : devices)
-      device_executors_.push_back(actors::device_executor::of(d, spin));
+    for (const auto& d : devices) {
+      try {
+        device_executors_.push_back(actors::device_executor::of(d, spin));
+      } catch (const std::system_error& e) {
+        const auto started = device_executors_.size();
+        device_executors_.clear(); // joins the threads started here
+        throw resource_error(name() + ": could not start the executor thread of "
+                             + d.to_string() + " (" + std::to_string(started) + " of "
+                             + std::to_string(devices.size()) + " had started and were stopped): "
+                             + e.what());
+      }
+    }
   }
   return *device_executors_.at(device);
 }
@@ -122,10 +134,10 @@ std::string strategy_state::name() const {
     case strategy_kind::mirrored:
       break;
   }
-  std::string out = "mirrored_strategy(";
-  for (std::size_t i = 0; i < devices.size(); ++i)
-    out += (i > 0 ? ", " : "") + devices[i].to_string();
-  return out + ")";
+  std::vector<std::string> names;
+  for (const auto& d : devices)
+    names.push_back(d.to_string());
+  return "mirrored_strategy(" + joined_list(names) + ")";
 }
 
 user_claim::user_claim(strategy_state& state) : state_(state) {

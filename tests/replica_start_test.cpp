@@ -1,0 +1,186 @@
+// A strategy that cannot start all its replicas raises resource_error naming
+// what failed and how many had started, stops those, and leaves the process
+// able to exit. Two ways in: an injected failure of the N-th replica start
+// (coordinator's test seam), and a real limit on threads (RLIMIT_NPROC) in
+// a child process run as an otherwise unused uid.
+
+#include "coordinator.hpp"
+
+#include "lockstep/lockstep.hpp"
+
+#include <doctest/doctest.h>
+
+#include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+using namespace lockstep;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Clears the coordinator's start hook however a test ends.
+struct start_hook_guard {
+  ~start_hook_guard() { actors::coordinator::replica_start_hook() = nullptr; }
+};
+
+std::string child_path() {
+  const char* path = std::getenv("LOCKSTEP_REPLICA_START_CHILD");
+  REQUIRE_MESSAGE(path != nullptr, "meson sets LOCKSTEP_REPLICA_START_CHILD");
+  return path;
+}
+
+struct child_result {
+  int exit_code = -1; // -1: killed after the time limit (a hang)
+  std::string output;
+};
+
+/// Runs `argv` with stdout and stderr to a file; kills it after `limit`.
+child_result run_child(const std::vector<std::string>& argv, std::chrono::seconds limit) {
+  char output_name[] = "/tmp/lockstep_replica_start.XXXXXX";
+  const int output = ::mkstemp(output_name);
+  REQUIRE(output != -1);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, output, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, output, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(output);
+  REQUIRE_MESSAGE(spawned == 0, "cannot run " << argv[0]);
+  child_result result;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      status = -1;
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  if (status != -1 && WIFEXITED(status))
+    result.exit_code = WEXITSTATUS(status);
+  else if (status != -1)
+    result.exit_code = 128 + WTERMSIG(status);
+  std::ifstream in{output_name};
+  result.output.assign(std::istreambuf_iterator<char>{in}, {});
+  ::unlink(output_name);
+  return result;
+}
+
+/// A uid with no account and, for this test's purpose, no processes: the
+/// limit counts every process of the uid, and tests run in parallel.
+std::string unused_uid(int test_case) {
+  for (auto uid = 61000 + (::getpid() % 1000) * 8 + test_case;; uid += 8000)
+    if (::getpwuid(static_cast<uid_t>(uid)) == nullptr)
+      return std::to_string(uid);
+}
+
+/// Runs the child as `uid` under a limit of `nproc` processes and threads,
+/// with a scheduler of two threads whatever the machine's cores.
+child_result run_limited(int test_case, int nproc, int replicas) {
+  const auto uid = unused_uid(test_case);
+  ::setenv("LOCKSTEP_SCHEDULER_THREADS", "2", 1);
+  return run_child({"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups", "prlimit",
+                    "--nproc=" + std::to_string(nproc), "--", child_path(),
+                    std::to_string(replicas)},
+                   60s);
+}
+
+bool can_run_as_other_users() {
+  if (::geteuid() == 0)
+    return true;
+  MESSAGE("not root: the tests under a real thread limit need to run as another uid; skipped");
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("an injected failure of the third replica start stops the two started") {
+  start_hook_guard guard;
+  actors::coordinator::replica_start_hook() = [](std::size_t replica) {
+    if (replica == 2)
+      throw std::system_error(EAGAIN, std::generic_category(), "injected thread start failure");
+  };
+  try {
+    mirrored_strategy strategy{cpu_devices(4)};
+    FAIL("the strategy started all its replicas");
+  } catch (const resource_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("replica 2 (/job:localhost/replica:0/task:0/device:CPU:2)") != std::string::npos);
+    CHECK(what.find("the 3rd of 4 replicas") != std::string::npos);
+    CHECK(what.find("injected thread start failure") != std::string::npos);
+    CHECK(what.find("the 2 replicas that had started were stopped") != std::string::npos);
+  }
+  actors::coordinator::replica_start_hook() = nullptr;
+  // Nothing was left behind: a new strategy starts and runs.
+  mirrored_strategy strategy{cpu_devices(4)};
+  auto ids = strategy.run([](replica_context& ctx) { return ctx.replica_id_in_sync_group(); });
+  for (std::size_t r = 0; r < 4; ++r)
+    CHECK(ids[r] == r);
+}
+
+TEST_CASE("a failure of the first replica start reports that none had started") {
+  start_hook_guard guard;
+  actors::coordinator::replica_start_hook() = [](std::size_t) { throw std::bad_alloc(); };
+  try {
+    mirrored_strategy strategy{cpu_devices(3)};
+    FAIL("the strategy started");
+  } catch (const resource_error& e) {
+    CHECK(std::string(e.what()).find("the 0 replicas that had started were stopped")
+          != std::string::npos);
+  }
+}
+
+TEST_CASE("under a thread limit reached part-way, the strategy fails clearly and the process exits") {
+  if (!can_run_as_other_users())
+    return;
+  // Enough for the actor system (its probe, workers and timer) but not for
+  // 64 replica threads.
+  const auto result = run_limited(0, 12, 64);
+  INFO(result.output);
+  CHECK(result.exit_code == 3);
+  CHECK(result.output.find("could not start the thread of replica") != std::string::npos);
+  CHECK(result.output.find("replicas that had started were stopped") != std::string::npos);
+}
+
+TEST_CASE("under a thread limit too low for the actor system, it fails clearly and the process exits") {
+  if (!can_run_as_other_users())
+    return;
+  const auto result = run_limited(1, 2, 4);
+  INFO(result.output);
+  CHECK(result.exit_code == 3);
+  CHECK(result.output.find("cannot start its actor system") != std::string::npos);
+}
+
+TEST_CASE("the same limit with room for every thread lets the strategy start (the control)") {
+  if (!can_run_as_other_users())
+    return;
+  const auto result = run_limited(2, 64, 4);
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK(result.output.find("started; all_reduce gave") != std::string::npos);
+}
