@@ -1156,3 +1156,53 @@ TEST_CASE("a variable of the default strategy is usable inside another strategy'
   });
   CHECK(message.find("Mixing different") != std::string::npos);
 }
+
+// -- regroup of components (TF's regroup) -----------------------------------------
+
+TEST_CASE("run: replica r returning copy r of a variable gives back the variable") {
+  mirrored_strategy s{cpu_devices(3)};
+  auto scope = s.scope();
+  for (auto sync : {synchronization::on_write, synchronization::on_read}) {
+    CAPTURE(static_cast<int>(sync));
+    variable v{f32(1.0), options("v", sync, aggregation::sum)};
+    auto result = s.run([&](replica_context& ctx) { return v.values()[id_of(ctx)]; });
+    CHECK(result.is_single());
+    CHECK(result.primary() == v);
+    CHECK_FALSE(result.primary().is_component());
+    for (const auto& component : result.values())
+      CHECK(component == v);
+  }
+}
+
+TEST_CASE("run: copies of a variable in another order, or of two variables, stay per_replica") {
+  mirrored_strategy s{cpu_devices(2)};
+  auto scope = s.scope();
+  variable a{f32(1.0), options("a", synchronization::on_write, aggregation::sum)};
+  variable b{f32(2.0), options("b", synchronization::on_write, aggregation::sum)};
+  auto swapped = s.run([&](replica_context& ctx) { return a.values()[1 - id_of(ctx)]; });
+  CHECK_FALSE(swapped.is_single());
+  CHECK(swapped[0] == a.values()[1]);
+  auto mixed = s.run([&](replica_context& ctx) {
+    return id_of(ctx) == 0 ? a.values()[0] : b.values()[1];
+  });
+  CHECK_FALSE(mixed.is_single());
+  CHECK(mixed[1] == b.values()[1]);
+  // Copy 0 on every replica is one object, collapsed as before.
+  auto first = s.run([&](replica_context&) { return a.values()[0]; });
+  CHECK(first.is_single());
+  CHECK(first.primary() == a.values()[0]);
+}
+
+TEST_CASE("regroup of nested values collapses each variable's components") {
+  mirrored_strategy s{cpu_devices(2)};
+  auto scope = s.scope();
+  variable v{f32(1.0), options("v", synchronization::on_write, aggregation::sum)};
+  const auto copies = v.values();
+  // Replica r returned {copy r, copy 1-r}: the first column is the variable.
+  auto grouped = regroup(
+    std::vector<std::vector<variable>>{{copies[0], copies[1]}, {copies[1], copies[0]}});
+  REQUIRE(grouped.size() == 2);
+  CHECK(grouped[0].is_single());
+  CHECK(grouped[0].primary() == v);
+  CHECK_FALSE(grouped[1].is_single());
+}
