@@ -2,22 +2,21 @@
 # tools/compare_mpi.sh [ROUNDS]
 # Issue 4's side-by-side comparison with Open MPI's shared-memory
 # MPI_Allreduce, made robust against this VM's noise: ROUNDS times (default
-# 5) it runs, one after another, the peers' Open MPI benchmark
-# (shared/reference/peers-bench/mpi_allreduce.cc: in place, vader shared
-# memory, one buffer reused, so cache-resident) for 2 and 4 ranks, then
+# 5) it runs, one after another, our Open MPI benchmark
+# (bench/peers/mpi_allreduce.cpp: in place, shared memory, one buffer
+# reused, so cache-resident, as in the peers' figures) for 2 and 4 ranks, then
 # bench/allreduce for 2 and 4 replicas twice: with buffers reused like
 # Open MPI's (hot, --working-set 1) and rotated past the cache (cold, the
 # default). It prints the median of each over the rounds and the ratios.
 #
 # Needs Open MPI (apt-get install libopenmpi-dev openmpi-bin; not in
 # tools/install-deps.sh, as only this comparison uses it) and a build of
-# bench/allreduce in build/ (tools/test.sh makes one). PEERS_BENCH names the
-# peers' benchmark folder (default: ../shared/reference/peers-bench).
+# bench/allreduce in build/ (tools/test.sh makes one). Everything it builds
+# and runs is in this repository.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-5}"
-peers="${PEERS_BENCH:-$repo/../shared/reference/peers-bench}"
 sizes=4,1048576,16777216,67108864
 work="$repo/build/compare_mpi"
 
@@ -27,10 +26,6 @@ for tool in mpicxx mpirun python3; do
     exit 1
   }
 done
-[[ -f "$peers/mpi_allreduce.cc" ]] || {
-  echo "compare_mpi: no mpi_allreduce.cc in $peers (set PEERS_BENCH)" >&2
-  exit 1
-}
 [[ -x "$repo/build/bench/allreduce" ]] || {
   echo "compare_mpi: build/bench/allreduce missing; run tools/test.sh first" >&2
   exit 1
@@ -38,7 +33,7 @@ done
 
 mkdir -p "$work"
 rm -f "$work"/round-*
-mpicxx -O3 -march=native -pthread -std=c++17 -I"$peers" "$peers/mpi_allreduce.cc" \
+mpicxx -O3 -march=native -std=c++20 "$repo/bench/peers/mpi_allreduce.cpp" \
   -o "$work/mpi_allreduce"
 
 for ((round = 1; round <= rounds; ++round)); do
@@ -62,7 +57,7 @@ mpi, hot, cold = {}, {}, {}
 for path in glob.glob(f"{work}/round-*-mpi.csv"):
     per_round = {}
     for row in csv.reader(open(path)):
-        # CSV,mpi,VARIANT,RANKS,BYTES,ITERS,REP,US_PER_OP: median of the reps
+        # CSV,mpi,VARIANT,RANKS,BYTES,K,BATCH,US_PER_OP: median of the batches
         per_round.setdefault((int(row[3]), int(row[4])), []).append(float(row[7]))
     for key, us in per_round.items():
         mpi.setdefault(key, []).append(statistics.median(us))
