@@ -6,8 +6,6 @@
 
 #include "lockstep/error.hpp"
 
-#include "error_text.hpp"
-
 namespace lockstep {
 
 namespace {
@@ -40,11 +38,9 @@ std::vector<std::string_view> split(std::string_view text, char separator) {
   }
 }
 
-// Every parse error quotes the whole device string `text` (and the reason
-// parts of it), with bytes that are not UTF-8 escaped.
+// Every parse error quotes the whole device string `text`.
 [[noreturn]] void fail(std::string_view text, const std::string& reason) {
-  throw value_error(detail::escape_invalid_utf8("Malformed device string '" + std::string(text)
-                                                + "': " + reason));
+  throw value_error("Malformed device string '" + std::string(text) + "': " + reason);
 }
 
 // TF's DeviceNameUtils rule: a letter, then letters, digits or '_'.
@@ -129,8 +125,8 @@ device_spec device_spec::parse(std::string_view text) {
     } else if (is_short_device_type(name) && parts.size() <= 2) {
       set_device(name, parts.size() == 2 ? parts[1] : "*");
     } else {
-      throw value_error(detail::escape_invalid_utf8("Unknown attribute: '" + std::string(name)
-                                                    + "' in '" + std::string(text) + "'"));
+      throw value_error("Unknown attribute: '" + std::string(name) + "' in '"
+                        + std::string(text) + "'");
     }
   }
   return result;

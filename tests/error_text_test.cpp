@@ -53,6 +53,14 @@ TEST_CASE("a shape with thousands of dimensions prints as one short line") {
   CHECK(text.ends_with("... and 4984 more]"));
 }
 
+TEST_CASE("every lockstep error's message is valid UTF-8") {
+  CHECK(std::string(io_error("cannot open \"/tmp/a\xff\xfe\"").what())
+        == "cannot open \"/tmp/a\\xff\\xfe\"");
+  CHECK(std::string(data_loss_error(std::string("caf\xc3\xa9\xc3")).what())
+        == "caf\xc3\xa9\\xc3");
+  CHECK(std::string(resource_error("plain").what()) == "plain");
+}
+
 TEST_CASE("a malformed device string's error escapes bytes that are not UTF-8") {
   try {
     (void) device_spec::parse("/job:w\xff" "rk/task:x");

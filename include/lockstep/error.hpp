@@ -7,9 +7,13 @@ namespace lockstep {
 
 /// Base of every exception lockstep throws. `what()` carries TF's message
 /// with C++ names, so a reader can look the condition up in TF's docs.
+/// Messages quote paths, names and strings from users and files; bytes in
+/// them that are not valid UTF-8 are escaped as `\xNN`, so `what()` is
+/// always valid UTF-8 text.
 class error : public std::runtime_error {
 public:
-  using std::runtime_error::runtime_error;
+  explicit error(const std::string& what);
+  explicit error(const char* what);
 };
 
 /// TF's RuntimeError: an API used in the wrong context (replica vs
