@@ -1,21 +1,29 @@
 // The IDX reader: plain and gzip files written by the test itself, every
-// kind of damage, the MNIST directory loader, and the real Fashion-MNIST
-// files when the dataset-fashion-mnist package is installed. No actor
-// system: suite 'unit'.
+// kind of damage, special files in place of data files, files that claim
+// or inflate to gigabytes (measured by a counting operator new, and under
+// an address-space limit), the MNIST directory loader, and the real
+// Fashion-MNIST files when the dataset-fashion-mnist package is installed.
+// No actor system: suite 'unit'.
 
 #include "lockstep/idx.hpp"
 
 #include <doctest/doctest.h>
 
+#include "allocation_counter.hpp" // this binary's operator new counts bytes
 #include "file_support.hpp"
+#include "special_files.hpp"
 #include "test_support.hpp"
 
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -60,6 +68,120 @@ std::string gzip(const std::string& bytes) {
   out.resize(stream.total_out);
   deflateEnd(&stream);
   return out;
+}
+
+/// A gzip stream (one member) of `head` followed by `mebibytes` MiB of
+/// zeros, built in milliseconds however large: the deflate output for one
+/// MiB of zeros that follows zeros refers only to zeros in the window, so
+/// it is made once and repeated, and the CRC-32 is combined, not computed
+/// over the data. About 1 KiB of stream per MiB (deflate's 1032:1 limit).
+std::string zeros_bomb(const std::string& head, std::size_t mebibytes) {
+  REQUIRE(mebibytes >= 1);
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  const std::string zeros(mib, '\0');
+  z_stream stream{};
+  REQUIRE(deflateInit2(&stream, Z_BEST_COMPRESSION, Z_DEFLATED, -MAX_WBITS, 9, Z_DEFAULT_STRATEGY)
+          == Z_OK);
+  const auto compress = [&](const std::string& in, int flush) {
+    std::string out;
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    stream.avail_in = static_cast<uInt>(in.size());
+    char buffer[1 << 16];
+    do {
+      stream.next_out = reinterpret_cast<Bytef*>(buffer);
+      stream.avail_out = sizeof buffer;
+      const int status = deflate(&stream, flush);
+      REQUIRE((status == Z_OK || status == Z_STREAM_END));
+      out.append(buffer, sizeof buffer - stream.avail_out);
+    } while (stream.avail_out == 0);
+    return out;
+  };
+  std::string out{"\x1f\x8b\x08\0\0\0\0\0\0\x03", 10}; // gzip header: deflate, no name, Unix
+  out += compress(head + zeros, Z_SYNC_FLUSH); // byte-aligned: the next part starts a block
+  const auto next_mib = compress(zeros, Z_SYNC_FLUSH);
+  for (std::size_t i = 1; i < mebibytes; ++i)
+    out += next_mib;
+  out += compress("", Z_FINISH);
+  deflateEnd(&stream);
+  auto crc = crc32(0, reinterpret_cast<const Bytef*>(head.data()), static_cast<uInt>(head.size()));
+  const auto zeros_crc = crc32(0, reinterpret_cast<const Bytef*>(zeros.data()), mib);
+  for (std::size_t i = 0; i < mebibytes; ++i)
+    crc = crc32_combine(crc, zeros_crc, mib);
+  const std::uint64_t length = head.size() + mebibytes * mib;
+  for (std::uint64_t field : {std::uint64_t{crc}, length}) // little-endian, length mod 2^32
+    for (int shift : {0, 8, 16, 24})
+      out.push_back(static_cast<char>((field >> shift) & 0xff));
+  return out;
+}
+
+/// `n` bytes that deflate cannot shrink (xorshift64).
+std::string incompressible_bytes(std::size_t n) {
+  std::string out(n, '\0');
+  std::uint64_t x = 0x9e3779b97f4a7c15;
+  for (auto& c : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x >> 56);
+  }
+  return out;
+}
+
+/// A file of `size` bytes that starts with `head` and holds no data blocks
+/// for the rest (a sparse file: zeros when read).
+void write_sparse_file(const fs::path& path, const std::string& head, std::uintmax_t size) {
+  write_file(path, head);
+  fs::resize_file(path, size);
+}
+
+/// The bytes allocated at most at once while `action` ran, beyond those
+/// live before it.
+template <class F>
+std::size_t peak_allocation_of(F&& action) {
+  const auto baseline = allocation_counter::current.load();
+  allocation_counter::reset_peak();
+  action();
+  return allocation_counter::peak_since(baseline);
+}
+
+/// Why an address-space limit cannot be used in this build, or empty: the
+/// sanitizers reserve terabytes of shadow memory up front.
+std::string address_space_limit_unusable() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return "a sanitizer reserves its shadow memory as address space";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) \
+  || __has_feature(memory_sanitizer)
+  return "a sanitizer reserves its shadow memory as address space";
+#endif
+#endif
+  return {};
+}
+
+/// This process's address space in bytes (VmSize).
+std::uint64_t address_space_in_use() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0;
+  statm >> pages;
+  REQUIRE(statm);
+  return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+/// Room left in the address space of a limited child: enough for the
+/// library's constant buffers, far below the gigabytes the files claim.
+constexpr std::uint64_t address_space_headroom = 512ull << 20;
+
+/// Runs `action` in a forked child whose address space may grow by only
+/// `address_space_headroom`; what it reports as run_in_bounded_child does.
+template <class F>
+bounded_child_result run_with_address_space_limit(F&& action) {
+  const auto limit = address_space_in_use() + address_space_headroom;
+  return run_in_bounded_child(120, [&] {
+    const rlimit bound{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &bound) != 0)
+      return std::string("setrlimit failed: ") + std::strerror(errno);
+    return action();
+  });
 }
 
 /// A small image file: 2 images of 3x2 pixels.
@@ -151,7 +273,39 @@ TEST_CASE("a missing file is an io_error naming it") {
   temporary_directory dir{"idx_test"};
   const auto path = dir.path() / "absent-idx1-ubyte.gz";
   CHECK(error_of<io_error>([&] { read_idx(path); })
-        == "read_idx: cannot open \"" + path.string() + "\": No such file or directory");
+        == "stat failed on \"" + path.string() + "\": No such file or directory");
+}
+
+TEST_CASE("special files are refused by their type, without blocking") {
+  // Each read runs in a child under a 5 s alarm: a reader that opened the
+  // FIFO would wait for a writer forever, and one that read /dev/zero
+  // would never reach its end.
+  temporary_directory dir{"idx_test"};
+  const special_files specials{dir.path()};
+  for (const auto& special : specials.all()) {
+    CAPTURE(special.path.string());
+    const auto result = run_in_bounded_child(5, [&] {
+      return message_of<io_error>([&] { read_idx(special.path); });
+    });
+    INFO("the child " << describe_end(result));
+    REQUIRE(exited_with(result, 0));
+    CHECK(result.report
+          == "\"" + special.path.string() + "\" is " + special.type
+               + ", not a regular file; lockstep reads data and checkpoints only from regular "
+                 "files");
+  }
+  // load_mnist finds a FIFO by its name and refuses it the same way.
+  write_mnist(dir.path(), 3, 3, 2, 2);
+  const auto images = dir.path() / "train-images-idx3-ubyte.gz";
+  fs::remove(images);
+  REQUIRE(::mkfifo(images.c_str(), 0600) == 0);
+  const auto result = run_in_bounded_child(5, [&] {
+    return message_of<io_error>([&] { load_mnist(dir.path()); });
+  });
+  INFO("the child " << describe_end(result));
+  REQUIRE(exited_with(result, 0));
+  CHECK(result.report == "\"" + images.string() + "\" is a FIFO (named pipe), not a regular file; "
+                         "lockstep reads data and checkpoints only from regular files");
 }
 
 TEST_CASE("a bad magic, an unknown type and no dimensions are data loss") {
@@ -241,6 +395,14 @@ TEST_CASE("bytes after the elements are data loss, in plain and gzip files") {
   const auto gz_named = "\"" + gz.string() + "\": ";
   write_file(gz, gzip(idx_bytes(0x08, {2}, "abX")));
   CHECK(data_loss_of(gz) == gz_named + "1 trailing bytes after the 2 bytes of elements of dimensions [2]");
+  // In a later member too.
+  write_file(gz, gzip(idx_bytes(0x08, {2}, "ab")) + gzip("XY"));
+  CHECK(data_loss_of(gz) == gz_named + "2 trailing bytes after the 2 bytes of elements of dimensions [2]");
+  // Past one probe of 64 KiB the rest is not inflated, and not counted.
+  write_file(gz, gzip(idx_bytes(0x08, {2}, "ab" + std::string(100000, 'x'))));
+  CHECK(data_loss_of(gz)
+        == gz_named + "at least 65536 trailing bytes after the 2 bytes of elements of dimensions "
+                      "[2] (the rest was not inflated)");
   // Garbage after the compressed stream, rather than inside it.
   write_file(gz, gzip(idx_bytes(0x08, {2}, "ab")) + "junk");
   CHECK(data_loss_of(gz) == gz_named + "4 bytes of trailing garbage after the gzip stream");
@@ -277,6 +439,165 @@ TEST_CASE("a corrupt gzip stream is data loss naming the file") {
   // A .gz name on bytes that are not gzip at all.
   write_file(path, small_images());
   CHECK(data_loss_of(path) == named + "not gzip-compressed: it starts with 0x00 0x00, not gzip's 0x1f 0x8b");
+}
+
+// -- memory bounded by the header ----------------------------------------------------
+
+TEST_CASE("the test's gzip bomb builder makes a valid stream, read through a growing buffer") {
+  temporary_directory dir{"idx_test"};
+  const auto path = dir.path() / "zeros-idx2-ubyte.gz";
+  // 3 MiB of elements from about 3 KiB: more than the first buffer
+  // (1 MiB), so it grows to 2 MiB and then to exactly 3 MiB.
+  write_file(path, zeros_bomb(idx_bytes(0x08, {3, 1 << 20}, ""), 3));
+  const auto x = read_idx(path);
+  CHECK(x.dims == shape_t{3, 1 << 20});
+  REQUIRE(x.data.size() == std::size_t{3} << 20);
+  CHECK(std::all_of(x.data.begin(), x.data.end(), [](std::uint8_t b) { return b == 0; }));
+  if (allocation_counter::active()) {
+    const auto peak = peak_allocation_of([&] { read_idx(path); });
+    // While it grows from 2 MiB to 3, both buffers; plus a constant.
+    CHECK(peak <= (std::size_t{5} << 20) + (std::size_t{1} << 20));
+  }
+}
+
+TEST_CASE("files that claim or inflate to gigabytes allocate only what their header and data hold") {
+  if (!allocation_counter::active()) {
+    MESSAGE("skipped: the counting operator new is not in use in this build (a sanitizer's wins)");
+    return;
+  }
+  temporary_directory dir{"idx_test"};
+  const auto named = [](const fs::path& path) { return "\"" + path.string() + "\": "; };
+  // A constant for the reader's own buffers (256 KiB of compressed input,
+  // a 64 KiB probe, messages), far below what any of the files claim.
+  constexpr std::size_t constant = std::size_t{1} << 20;
+
+  // A plain file's size settles its claim before anything is allocated:
+  // 2^64 - 2^33 + 1 elements in a 12-byte file ...
+  const auto huge = dir.path() / "huge-idx2-ubyte";
+  write_file(huge, idx_bytes(0x08, {0xffffffff, 0xffffffff}, ""));
+  std::size_t peak = peak_allocation_of([&] {
+    CHECK(data_loss_of(huge)
+          == named(huge) + "truncated: the dimensions [4294967295, 4294967295] need "
+                           "18446744065119617025 bytes of elements, but only 0 follow the header");
+  });
+  CHECK(peak < constant);
+  // ... a product past 2^64 ...
+  write_file(huge, idx_bytes(0x08, {0xffffffff, 0xffffffff, 0xffffffff}, ""));
+  CHECK(data_loss_of(huge)
+        == named(huge) + "the dimensions [4294967295, 4294967295, 4294967295] describe more "
+                         "elements than fit in memory");
+  // ... and 2 GiB of (sparse) bytes after 16 declared elements are not read.
+  const auto sparse = dir.path() / "sparse-idx1-ubyte";
+  write_sparse_file(sparse, idx_bytes(0x08, {16}, ""), 8 + 16 + (std::uintmax_t{2} << 30));
+  peak = peak_allocation_of([&] {
+    CHECK(data_loss_of(sparse)
+          == named(sparse) + "2147483648 trailing bytes after the 16 bytes of elements of "
+                             "dimensions [16]");
+  });
+  CHECK(peak < constant);
+
+  // A gzip stream that declares 2 GiB in a few bytes is refused at once by
+  // deflate's 1032:1 limit.
+  const auto tiny = dir.path() / "tiny-idx2-ubyte.gz";
+  const auto tiny_bytes = gzip(idx_bytes(0x08, {2, 1u << 30}, std::string(100, 'x')));
+  write_file(tiny, tiny_bytes);
+  peak = peak_allocation_of([&] {
+    CHECK(data_loss_of(tiny)
+          == named(tiny) + "the dimensions [2, 1073741824] need 2147483648 bytes of elements, "
+                           "more than a gzip stream of " + std::to_string(tiny_bytes.size())
+               + " bytes can hold (deflate inflates at most 1032 bytes per compressed byte)");
+  });
+  CHECK(peak < constant);
+
+  // One that could hold 2 GiB by that limit but holds 2.2 MB: the buffer
+  // follows the compressed size (8 times it) and what was inflated, not
+  // the claim.
+  const auto short_gz = dir.path() / "short-idx2-ubyte.gz";
+  const auto short_bytes = gzip(idx_bytes(0x08, {2, 1u << 30}, incompressible_bytes(2200000)));
+  REQUIRE(short_bytes.size() * 1032 > (std::uint64_t{2} << 30) + 12);
+  write_file(short_gz, short_bytes);
+  peak = peak_allocation_of([&] {
+    CHECK(data_loss_of(short_gz)
+          == named(short_gz) + "truncated: the dimensions [2, 1073741824] need 2147483648 bytes "
+                               "of elements, but only 2200000 follow the header");
+  });
+  CHECK(peak < 8 * short_bytes.size() + constant);
+
+  // A gzip bomb: 2 GiB of zeros in 2 MB behind a header that declares
+  // 1024 elements. Inflated no further than the elements and one probe.
+  const auto bomb = dir.path() / "bomb-idx1-ubyte.gz";
+  const auto bomb_bytes = zeros_bomb(idx_bytes(0x08, {1024}, ""), 2048);
+  CHECK(bomb_bytes.size() < (std::size_t{3} << 20));
+  write_file(bomb, bomb_bytes);
+  peak = peak_allocation_of([&] {
+    CHECK(data_loss_of(bomb)
+          == named(bomb) + "at least 65536 trailing bytes after the 1024 bytes of elements of "
+                           "dimensions [1024] (the rest was not inflated)");
+  });
+  CHECK(peak < constant);
+}
+
+TEST_CASE("under an address-space limit, gigabyte claims are refused and real needs reported") {
+  const auto unusable = address_space_limit_unusable();
+  if (!unusable.empty()) {
+    MESSAGE("skipped: " << unusable);
+    return;
+  }
+  // Each read runs in a child whose address space may grow by 512 MiB;
+  // every file below claims or inflates to 2 GiB or more.
+  temporary_directory dir{"idx_test"};
+  const auto named = [](const fs::path& path) { return "\"" + path.string() + "\": "; };
+  struct limited_case {
+    fs::path path;
+    std::string expected; // "data loss: ..." or "resource: ..."
+  };
+  std::vector<limited_case> cases;
+
+  const auto bomb = dir.path() / "bomb-idx1-ubyte.gz";
+  write_file(bomb, zeros_bomb(idx_bytes(0x08, {1024}, ""), 2048));
+  cases.push_back({bomb, "data loss: " + named(bomb)
+                           + "at least 65536 trailing bytes after the 1024 bytes of elements of "
+                             "dimensions [1024] (the rest was not inflated)"});
+  const auto short_gz = dir.path() / "short-idx2-ubyte.gz";
+  write_file(short_gz, gzip(idx_bytes(0x08, {2, 1u << 30}, incompressible_bytes(2200000))));
+  cases.push_back({short_gz, "data loss: " + named(short_gz)
+                               + "truncated: the dimensions [2, 1073741824] need 2147483648 bytes "
+                                 "of elements, but only 2200000 follow the header"});
+  const auto trailing = dir.path() / "trailing-idx1-ubyte";
+  write_sparse_file(trailing, idx_bytes(0x08, {16}, ""), 8 + 16 + (std::uintmax_t{3} << 30));
+  cases.push_back({trailing, "data loss: " + named(trailing)
+                               + "3221225472 trailing bytes after the 16 bytes of elements of "
+                                 "dimensions [16]"});
+  // Valid files whose elements do not fit: the error names the file and
+  // the bytes they need, instead of a bare std::bad_alloc.
+  const auto valid_gz = dir.path() / "valid-idx2-ubyte.gz";
+  write_file(valid_gz, zeros_bomb(idx_bytes(0x08, {2, 1u << 30}, ""), 2048));
+  cases.push_back({valid_gz, "resource: " + named(valid_gz)
+                               + "out of memory: the elements of dimensions [2, 1073741824] need "
+                                 "2147483648 bytes"});
+  const auto valid_plain = dir.path() / "valid-idx2-ubyte";
+  write_sparse_file(valid_plain, idx_bytes(0x08, {3, 1u << 30}, ""), (std::uintmax_t{3} << 30) + 12);
+  cases.push_back({valid_plain, "resource: " + named(valid_plain)
+                                  + "out of memory: the elements of dimensions [3, 1073741824] "
+                                    "need 3221225472 bytes, and allocating 3221225472 bytes for "
+                                    "them failed"});
+
+  for (const auto& c : cases) {
+    CAPTURE(c.path.string());
+    const auto result = run_with_address_space_limit([&]() -> std::string {
+      try {
+        read_idx(c.path);
+      } catch (const data_loss_error& e) {
+        return std::string("data loss: ") + e.what();
+      } catch (const resource_error& e) {
+        return std::string("resource: ") + e.what();
+      }
+      return "no exception";
+    });
+    INFO("the child " << describe_end(result));
+    CHECK(exited_with(result, 0));
+    CHECK(result.report.rfind(c.expected, 0) == 0);
+  }
 }
 
 // -- MNIST directories ---------------------------------------------------------------

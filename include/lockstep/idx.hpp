@@ -25,17 +25,33 @@ struct idx_array {
 };
 
 /// Reads the IDX file at `path`, gzip-compressed (its name ends in ".gz" or
-/// it starts with gzip's magic) or plain. Throws io_error naming the file if
-/// it cannot be opened or read; data_loss_error naming the file and the
-/// problem if the gzip stream is corrupt or truncated, the magic is wrong,
-/// the type code is unknown, the header or the elements are cut short, or
-/// bytes follow the elements; value_error for a valid IDX type other than
+/// it starts with gzip's magic) or plain. Only a regular file (or a
+/// symbolic link to one) is read: a FIFO, socket, device or directory is
+/// refused by its type, without blocking on it, with an io_error naming the
+/// path and what it is; io_error also names the file and the system's
+/// reason if it cannot be opened or read. data_loss_error names the file
+/// and the problem if the gzip stream is corrupt or truncated, the magic is
+/// wrong, the type code is unknown, the header or the elements are cut
+/// short, bytes follow the elements, or the dimensions declare more bytes
+/// than the file can hold; value_error for a valid IDX type other than
 /// unsigned bytes (0x09 signed bytes, 0x0B int16, 0x0C int32, 0x0D float32,
 /// 0x0E float64).
+///
+/// Memory: the header is read and checked before anything is allocated for
+/// the elements. A plain file must be exactly header + elements long, so
+/// at most its size is allocated. A gzip stream is inflated a piece at a
+/// time and only up to the element bytes the header declares (a declared
+/// size beyond deflate's limit of 1032 bytes per compressed byte is refused
+/// at once); the elements get a buffer of at most max(1 MiB, 8 x the
+/// compressed size) that doubles only as inflated data fills it, and one
+/// 64 KiB probe past the elements detects trailing data without inflating
+/// the rest. Running out of memory is a resource_error naming the file and
+/// the bytes the elements need, never a bare std::bad_alloc.
 idx_array read_idx(const std::filesystem::path& path);
 
 /// Parses IDX `bytes` already in memory (plain or gzip, by gzip's magic);
-/// `source` names them in errors. Throws as `read_idx`, except io_error.
+/// `source` names them in errors. Throws as `read_idx`, except io_error,
+/// and bounds memory as it does.
 idx_array parse_idx(std::string_view bytes, std::string_view source);
 
 /// Images [n, rows, cols] as a float32 tensor [n, rows * cols] with every
@@ -70,9 +86,10 @@ inline constexpr std::string_view fashion_mnist_directory = "/usr/share/datasets
 /// Loads the four files of MNIST or Fashion-MNIST from `directory`:
 /// train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte
 /// and t10k-labels-idx1-ubyte, each with ".gz" if present, else plain.
-/// Throws as `read_idx` (io_error names a missing file), and
-/// data_loss_error naming both files if a split's image and label counts
-/// differ or the two splits' images differ in size.
+/// Throws as `read_idx` (io_error names a missing file or one that is not
+/// a regular file), data_loss_error naming both files if a split's image
+/// and label counts differ or the two splits' images differ in size, and
+/// resource_error naming the file if its tensor cannot be allocated.
 mnist_dataset load_mnist(const std::filesystem::path& directory);
 
 } // namespace lockstep
