@@ -129,9 +129,10 @@ void keep_freed_memory();
 /// changes the model, that the checkpoint was saved with this global batch
 /// and the settings recorded_config names (value_error naming the field,
 /// the saved and the given value), then that its step fits its counters: a
-/// step that is missing or negative, an epoch counter other than step /
-/// steps per epoch, or an optimizer iteration count other than the step is
-/// a data_loss_error. A checkpoint from before the settings were recorded
+/// step that is missing or negative, or an optimizer iteration count other
+/// than the step, is a data_loss_error; an epoch counter other than step /
+/// steps per epoch (a training set of another size, or a damaged file) a
+/// value_error. A checkpoint from before the settings were recorded
 /// resumes with a note that they could not be checked. When the newest
 /// checkpoint cannot be read, the library's error (naming it and the
 /// newest readable one) gains a hint to resume from another with
