@@ -7,6 +7,9 @@
 // small synthetic problem made here, so the test needs no download.
 
 #include "mlp.hpp"
+#include "output_files.hpp"
+#include "plot.hpp"
+#include "printable.hpp"
 #include "trainer.hpp"
 
 #include "lockstep/lockstep.hpp"
@@ -18,6 +21,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -488,4 +493,68 @@ TEST_CASE("a loss that is not finite stops training with an error naming the epo
           != std::string::npos);
     CHECK(checkpoint_files(dir.path()) == 0);
   }
+}
+
+TEST_CASE("printable escapes bytes that are not UTF-8, and control characters") {
+  CHECK(printable("plain/path.csv") == "plain/path.csv");
+  CHECK(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  CHECK(printable("a\xff" "b") == "a\\xffb");
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");         // an overlong '/'
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80"); // a surrogate
+  CHECK(printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80"); // above U+10FFFF
+  CHECK(printable("\xe2\x82") == "\\xe2\\x82");         // cut short
+  CHECK(printable("line\nnext\tx\x1b[2J\x7f") == "line\\nnext\\tx\\x1b[2J\\x7f");
+  CHECK(printable("line\nnext\xff", false) == "line\nnext\\xff");
+  // Escaping twice changes nothing more: the escapes are plain ASCII.
+  CHECK(printable(printable("a\xff\n")) == printable("a\xff\n"));
+}
+
+TEST_CASE("check_output_writable changes nothing it did not create") {
+  temporary_directory dir{"training"};
+  const auto existing = dir.path() / "metrics.csv";
+  write_file(existing, "epoch,...\n1,2\n");
+  check_output_writable(existing, "metrics");
+  CHECK(read_file(existing) == "epoch,...\n1,2\n");
+  const auto absent = dir.path() / "new.csv";
+  check_output_writable(absent, "metrics");
+  CHECK_FALSE(std::filesystem::exists(absent));
+  check_output_writable("/dev/null", "metrics");
+  CHECK(error_of<io_error>([&] { check_output_writable(dir.path(), "plot"); })
+        == "cannot write the plot to '" + dir.path().string() + "': Is a directory");
+  CHECK(error_of<io_error>([&] { check_output_writable(dir.path() / "a\nb" / "c", "plot"); })
+        == "cannot write the plot to '" + dir.path().string()
+               + "/a\\nb/c': No such file or directory");
+}
+
+TEST_CASE("plot_metrics reports a gnuplot that fails or hangs, and leaves nothing behind") {
+  temporary_directory dir{"training"};
+  const auto bin = dir.path() / "bin";
+  std::filesystem::create_directory(bin);
+  const auto fake = bin / "gnuplot";
+  const char* old_path = std::getenv("PATH");
+  const std::string saved_path = old_path != nullptr ? old_path : "";
+  ::setenv("PATH", bin.c_str(), 1);
+  const std::vector<epoch_metrics> rows{{1, 0.5, 0.8, 0.7, 1.0, 100.0}};
+  const auto svg = dir.path() / "curves.svg";
+  const auto temporaries = [] {
+    int count = 0;
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+      count += e.path().filename().string().starts_with("train_fashion_mnist-plot-") ? 1 : 0;
+    return count;
+  };
+  const auto before = temporaries();
+
+  CHECK(plot_metrics(rows, svg) == "gnuplot is not installed (apt-get install gnuplot-nox)");
+  ::setenv("PATH", (bin.string() + ":" + saved_path).c_str(), 1); // the fake first
+  // It runs in the private directory, on the fixed script name.
+  write_file(fake, "#!/bin/sh\nd=${PWD##*/}\necho \"cannot plot $1 in ${d%??????}\" >&2\nexit 3\n");
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  CHECK(plot_metrics(rows, svg)
+        == "gnuplot failed (exit status 3): cannot plot plot.gp in train_fashion_mnist-plot-\n");
+  write_file(fake, "#!/bin/sh\nexec sleep 30\n");
+  CHECK(plot_metrics(rows, svg, std::chrono::milliseconds(300))
+        == "gnuplot did not finish in 0.3 s and was killed");
+  ::setenv("PATH", saved_path.c_str(), 1);
+  CHECK_FALSE(std::filesystem::exists(svg));
+  CHECK(temporaries() == before);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -123,9 +124,10 @@ std::string run_gnuplot(const std::filesystem::path& program, const std::filesys
       ::kill(pid, SIGKILL);
       while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
-      return "gnuplot did not finish in "
-             + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count())
-             + " s and was killed";
+      char seconds[32];
+      const auto end = std::to_chars(seconds, seconds + sizeof seconds,
+                                     static_cast<double>(timeout.count()) / 1000).ptr;
+      return "gnuplot did not finish in " + std::string(seconds, end) + " s and was killed";
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
