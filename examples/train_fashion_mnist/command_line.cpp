@@ -17,13 +17,6 @@ namespace fashion_mnist {
 
 namespace {
 
-/// The shortest text that reads back as `value`.
-std::string shortest(double value) {
-  char text[64];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  return {text, end};
-}
-
 [[noreturn]] void bad_value(std::string_view flag, std::string_view expected,
                             std::string_view text) {
   throw usage_error(std::string(flag) + ": expected " + std::string(expected) + ", got '"
@@ -53,7 +46,7 @@ double positive_number(std::string_view flag, std::string_view text,
     bad_value(flag,
               maximum == std::numeric_limits<double>::max()
                   ? std::string("a positive number")
-                  : "a number in (0, " + shortest(maximum) + "]",
+                  : "a number in (0, " + number_text(maximum) + "]",
               text);
   return value;
 }
@@ -96,13 +89,13 @@ std::string usage() {
          + std::to_string(c.epochs) + "\n"
          "  --global-batch B      examples per step across all replicas, at most the training set; default "
          + std::to_string(c.global_batch) + "\n"
-         "  --lr X                learning rate; default " + shortest(optimizer.learning_rate)
-         + " (adam), " + shortest(default_sgd_learning_rate) + " (sgd)\n"
+         "  --lr X                learning rate; default " + number_text(optimizer.learning_rate)
+         + " (adam), " + number_text(default_sgd_learning_rate) + " (sgd)\n"
          "  --lr-decay D          in (0, 1]: the learning rate of epoch e is lr * D^e; default "
-         + shortest(c.lr_decay) + "\n"
-         "  --optimizer NAME      adam (default; beta1 " + shortest(optimizer.beta1) + ", beta2 "
-         + shortest(optimizer.beta2) + ", epsilon " + shortest(optimizer.epsilon)
-         + ") or sgd (momentum " + shortest(optimizer.momentum) + ")\n"
+         + number_text(c.lr_decay) + "\n"
+         "  --optimizer NAME      adam (default; beta1 " + number_text(optimizer.beta1) + ", beta2 "
+         + number_text(optimizer.beta2) + ", epsilon " + number_text(optimizer.epsilon)
+         + ") or sgd (momentum " + number_text(optimizer.momentum) + ")\n"
          "  --seed S              seed of the initial weights and the shuffle; default "
          + std::to_string(c.seed) + "\n"
          "  --steps-per-call K    training steps per strategy call (one dispatch to the replicas); default "

@@ -64,7 +64,8 @@ int run(int argc, char** argv) {
   std::cout << "Fashion-MNIST from " << printable(cl.data_dir.native()) << ": " << examples
             << " training and " << data.test.images.shape()[0] << " test images\n"
             << "model MLP 784-256-128-100-10, " << fashion_mnist::to_string(config.optimizer.kind)
-            << " lr " << config.optimizer.learning_rate << " (x" << config.lr_decay
+            << " lr " << fashion_mnist::number_text(config.optimizer.learning_rate) << " (x"
+            << fashion_mnist::number_text(config.lr_decay)
             << " an epoch), " << config.replicas << " replicas, global batch "
             << config.global_batch << ", " << config.epochs << " epochs, seed " << config.seed
             << ", " << config.steps_per_call << " steps per call\n"

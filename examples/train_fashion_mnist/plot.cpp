@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -124,10 +123,8 @@ std::string run_gnuplot(const std::filesystem::path& program, const std::filesys
       ::kill(pid, SIGKILL);
       while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
-      char seconds[32];
-      const auto end = std::to_chars(seconds, seconds + sizeof seconds,
-                                     static_cast<double>(timeout.count()) / 1000).ptr;
-      return "gnuplot did not finish in " + std::string(seconds, end) + " s and was killed";
+      return "gnuplot did not finish in "
+             + number_text(static_cast<double>(timeout.count()) / 1000) + " s and was killed";
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

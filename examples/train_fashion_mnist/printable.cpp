@@ -1,5 +1,6 @@
 #include "printable.hpp"
 
+#include <charconv>
 #include <cstdint>
 
 namespace fashion_mnist {
@@ -73,6 +74,12 @@ std::string printable(std::string_view text, bool controls) {
     text.remove_prefix(length);
   }
   return out;
+}
+
+std::string number_text(double value) {
+  char text[64];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  return {text, end};
 }
 
 } // namespace fashion_mnist

@@ -18,4 +18,8 @@ namespace fashion_mnist {
 /// every error message, whose own line breaks it keeps.
 std::string printable(std::string_view text, bool controls = true);
 
+/// The shortest text that reads back as `value` (std::to_chars): "0.001",
+/// "1e-07", "1e+30", so that two settings that differ print differently.
+std::string number_text(double value);
+
 } // namespace fashion_mnist

@@ -5,7 +5,6 @@
 #include "lockstep/error.hpp"
 
 #include <bit>
-#include <charconv>
 
 namespace fashion_mnist {
 
@@ -23,13 +22,6 @@ std::int64_t kind_code(optimizer_kind kind) { return kind == optimizer_kind::ada
 
 std::string kind_name(std::int64_t code) {
   return code == 1 ? "adam" : code == 0 ? "sgd" : "unknown optimizer " + std::to_string(code);
-}
-
-/// The shortest text that reads back as `value`.
-std::string shortest(double value) {
-  char text[64];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  return {text, end};
 }
 
 std::string widths(const std::vector<std::int64_t>& layers) {
@@ -92,7 +84,7 @@ void recorded_config::check_scalars(const training_config& config,
     const auto saved = read_double(v);
     // Bit for bit: the same text on the command line parses to the same bits.
     if (std::bit_cast<std::uint64_t>(saved) != std::bit_cast<std::uint64_t>(given))
-      mismatch(source, field, shortest(saved), shortest(given));
+      mismatch(source, field, number_text(saved), number_text(given));
   };
   compare(learning_rate_, "learning rate", config.optimizer.learning_rate);
   compare(lr_decay_, "learning-rate decay", config.lr_decay);

@@ -8,7 +8,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -288,11 +287,7 @@ value_error diverged(double loss, int epoch, std::int64_t step, std::int64_t ste
                      + " of " + std::to_string(steps) + " (global step "
                      + std::to_string(global_step) + "): the training diverged; try a lower"
                        " learning rate (--lr; this epoch's is "
-                     + [&] {
-                         char text[64];
-                         return std::string(text, std::to_chars(text, text + sizeof text,
-                                                                learning_rate).ptr);
-                       }()
+                     + number_text(learning_rate)
                      + ")");
 }
 
