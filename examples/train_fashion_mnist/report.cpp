@@ -1,9 +1,9 @@
 #include "report.hpp"
 
+#include "printable.hpp"
+
 #include "lockstep/error.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
@@ -24,13 +24,6 @@ std::string thousands(double value) {
   for (auto at = static_cast<long>(digits.size()) - 3; at > 0; at -= 3)
     digits.insert(static_cast<std::size_t>(at), ",");
   return digits;
-}
-
-std::string shell_quoted(const std::string& text) {
-  std::string out = "'";
-  for (char c : text)
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 } // namespace
@@ -66,7 +59,7 @@ void write_metrics_csv(const std::filesystem::path& path, const std::vector<epoc
         << fixed(e.examples_per_second, 1) << "\n";
   out.flush();
   if (!out)
-    throw lockstep::io_error("cannot write metrics to " + path.string());
+    throw lockstep::io_error("cannot write the metrics to '" + printable(path.native()) + "'");
 }
 
 std::vector<epoch_metrics> read_metrics_csv(const std::filesystem::path& path) {
@@ -85,45 +78,12 @@ std::vector<epoch_metrics> read_metrics_csv(const std::filesystem::path& path) {
     fields >> e.epoch >> c1 >> e.train_loss >> c2 >> e.train_accuracy >> c3 >> e.test_accuracy
         >> c4 >> e.seconds >> c5 >> e.examples_per_second;
     if (!fields || c1 != ',' || c2 != ',' || c3 != ',' || c4 != ',' || c5 != ',')
-      throw lockstep::data_loss_error(path.string() + " line " + std::to_string(number)
-                                      + ": not a metrics row: '" + line + "'");
+      throw lockstep::data_loss_error(printable(path.native()) + " line "
+                                      + std::to_string(number) + ": not a metrics row: '"
+                                      + printable(line) + "'");
     rows.push_back(e);
   }
   return rows;
-}
-
-std::string plot_metrics(const std::filesystem::path& csv, const std::filesystem::path& svg) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
-    return "gnuplot is not installed (apt-get install gnuplot-nox)";
-  const auto script = svg.string() + ".gp";
-  {
-    std::ofstream out{script, std::ios::trunc};
-    out << "set terminal svg size 900,420 dynamic enhanced font 'sans,11' background rgb 'white'\n"
-        << "set output '" << svg.string() << "'\n"
-        << "set datafile separator ','\n"
-        << "set key autotitle columnhead\n"
-        << "set multiplot layout 1,2 title 'Fashion-MNIST, MLP 784-256-128-100-10'\n"
-        << "set xlabel 'epoch'\nset grid\n"
-        << "set title 'loss'\nset ylabel 'cross-entropy'\n"
-        << "plot '" << csv.string() << "' using 1:2 with linespoints lw 2 title 'train loss'\n"
-        << "set title 'accuracy'\nset ylabel 'accuracy'\nset key bottom right\n"
-        << "plot '" << csv.string() << "' using 1:3 with linespoints lw 2 title 'train', \\\n"
-        << "     '' using 1:4 with linespoints lw 2 title 'test'\n"
-        << "unset multiplot\n";
-  }
-  const auto log = svg.string() + ".log";
-  const auto status = std::system(("gnuplot " + shell_quoted(script) + " >" + shell_quoted(log)
-                                   + " 2>&1").c_str());
-  std::string message;
-  if (status != 0) {
-    std::ifstream in{log};
-    std::ostringstream text;
-    text << in.rdbuf();
-    message = "gnuplot failed: " + text.str();
-  }
-  std::filesystem::remove(script);
-  std::filesystem::remove(log);
-  return message;
 }
 
 } // namespace fashion_mnist

@@ -1,8 +1,7 @@
 #pragma once
 
 // What the training example shows a person: a progress line per epoch, a
-// summary table, a CSV of per-epoch metrics and a plot of the curves drawn
-// by gnuplot.
+// summary table and a CSV of per-epoch metrics (plot.hpp draws the curves).
 
 #include "trainer.hpp"
 
@@ -30,10 +29,5 @@ void write_metrics_csv(const std::filesystem::path& path, const std::vector<epoc
 /// run, which appends its epochs to the earlier ones). Empty if the file
 /// does not exist; data_loss_error for a malformed row.
 std::vector<epoch_metrics> read_metrics_csv(const std::filesystem::path& path);
-
-/// Plots loss and accuracy against the epoch from the CSV at `csv` into
-/// `svg` with gnuplot. Returns "" on success, else why it could not (no
-/// gnuplot, or gnuplot failed with its message).
-std::string plot_metrics(const std::filesystem::path& csv, const std::filesystem::path& svg);
 
 } // namespace fashion_mnist

@@ -1,5 +1,8 @@
 #include "trainer.hpp"
 
+#include "printable.hpp"
+#include "recorded_config.hpp"
+
 #include "lockstep/lockstep.hpp"
 
 #include <malloc.h>
@@ -47,10 +50,14 @@ void check_config(const training_config& config, const training_data& data) {
     throw value_error("training: max steps must not be negative");
   if (data.train_images.rank() != 2 || data.train_images.shape()[0] == 0)
     throw value_error("training: no training examples");
+  if (config.global_batch > data.train_images.shape()[0])
+    throw value_error("training: the global batch " + std::to_string(config.global_batch)
+                      + " is larger than the training set ("
+                      + std::to_string(data.train_images.shape()[0]) + " examples)");
 }
 
-/// The model's variables, the optimizer and the epoch counter, created in
-/// `strategy`'s scope.
+/// The model's variables, the optimizer, the epoch counter and the
+/// recorded settings, created in `strategy`'s scope.
 struct training_state {
   std::vector<variable> model;
   std::unique_ptr<optimizer> opt;
@@ -58,13 +65,23 @@ struct training_state {
   /// The global batch the steps were counted in: a resumed run maps the
   /// global step to an epoch and a position with it.
   variable global_batch;
+  std::unique_ptr<recorded_config> recorded;
 
-  std::vector<variable> checkpointed() const {
+  /// What every checkpoint of this example holds, from the first version.
+  std::vector<variable> core() const {
     auto all = model;
     const auto slots = opt->slot_variables();
     all.insert(all.end(), slots.begin(), slots.end());
     all.push_back(epoch);
     all.push_back(global_batch);
+    return all;
+  }
+
+  /// What a checkpoint holds now.
+  std::vector<variable> checkpointed() const {
+    auto all = core();
+    const auto settings = recorded->variables();
+    all.insert(all.end(), settings.begin(), settings.end());
     return all;
   }
 };
@@ -79,7 +96,8 @@ training_state create_state(const strategy& strategy, const training_config& con
   auto opt = std::make_unique<optimizer>(config.optimizer, model);
   variable epoch{tensor::scalar(std::int64_t{0}), {.name = "epoch"}};
   variable global_batch{tensor::scalar(config.global_batch), {.name = "global_batch"}};
-  return {std::move(model), std::move(opt), std::move(epoch), std::move(global_batch)};
+  return {std::move(model), std::move(opt), std::move(epoch), std::move(global_batch),
+          std::make_unique<recorded_config>(config)};
 }
 
 /// The model's parameters as the calling replica's copies (the primary
@@ -158,6 +176,121 @@ double test_accuracy(const strategy& strategy, const training_config& config,
   return static_cast<double>(sum) / static_cast<double>(total);
 }
 
+/// Appended to the error of a newest checkpoint that cannot be read.
+constexpr std::string_view resume_hint
+    = "; to resume from a readable checkpoint, name it with --resume-from FILE"
+      " (training_config::resume_from)";
+
+std::int64_t read_int(const variable& v) { return v.value().data<std::int64_t>()[0]; }
+
+/// Resumes `state` as train() describes: the global step it resumed at,
+/// or nullopt when there is nothing to resume from. Reads the checkpoint in
+/// phases, each restore checked before it writes anything: its global
+/// batch, then the recorded settings (and the layer widths), and only then
+/// the model, so a different model is refused by name rather than by the
+/// first tensor whose shape differs.
+std::optional<std::int64_t> resume(const training_config& config, training_state& state,
+                                   const std::optional<checkpoint_manager>& checkpoints,
+                                   std::int64_t steps_per_epoch,
+                                   const std::function<void(const std::string&)>& note) {
+  std::filesystem::path source;
+  std::optional<checkpoint_info> first;
+  if (!config.resume_from.empty()) {
+    source = config.resume_from;
+    first = restore(source, {state.global_batch});
+  } else if (checkpoints) {
+    try {
+      first = checkpoints->restore_latest({state.global_batch});
+    } catch (const data_loss_error& e) {
+      throw data_loss_error(std::string(e.what()) + std::string(resume_hint));
+    } catch (const io_error& e) {
+      throw io_error(std::string(e.what()) + std::string(resume_hint));
+    }
+    if (!first)
+      return std::nullopt;
+    const auto latest = checkpoints->latest();
+    if (!latest)
+      throw io_error("training: the checkpoints in " + printable(config.checkpoint_dir.native())
+                     + " disappeared while resuming from them");
+    source = *latest;
+  } else {
+    return std::nullopt;
+  }
+  const auto name = printable(source.native());
+  const auto saved_batch = read_int(state.global_batch);
+  if (saved_batch != config.global_batch)
+    throw value_error("training: cannot resume from " + name + ": it was saved with global batch "
+                      + std::to_string(saved_batch) + ", this run has "
+                      + std::to_string(config.global_batch)
+                      + " (its steps count global batches); resume with the global batch it"
+                        " was saved with, or start afresh in another checkpoint directory");
+
+  // A checkpoint written before the settings were recorded lacks them:
+  // restore names the first missing one with a value_error (a shape_error
+  // is a damaged or foreign file, and passes on).
+  bool recorded = true;
+  try {
+    (void) restore(source, state.recorded->scalars());
+  } catch (const shape_error&) {
+    throw;
+  } catch (const value_error&) {
+    recorded = false;
+  }
+  if (recorded)
+    state.recorded->check_matches(config, source.native(), [&](const variable& layers) {
+      (void) restore(source, {layers});
+    });
+  else
+    note("note: " + name + " records no run settings (it was saved before they were): the"
+         " seed, layer widths and optimizer settings given now are taken to be those it was"
+         " saved with");
+
+  const auto info = restore(source, recorded ? state.checkpointed() : state.core());
+  if (info.step != first->step)
+    throw data_loss_error(name + ": its step changed while resuming from it (from "
+                          + (first->step ? std::to_string(*first->step) : "none") + " to "
+                          + (info.step ? std::to_string(*info.step) : "none")
+                          + "): is another run saving there?");
+  if (!info.step)
+    throw data_loss_error(name + ": the checkpoint records no step");
+  const auto step = *info.step;
+  if (step < 0)
+    throw data_loss_error(name + ": the step " + std::to_string(step) + " is negative");
+  const auto epochs_done = read_int(state.epoch);
+  if (epochs_done != step / steps_per_epoch)
+    throw value_error(name + ": step " + std::to_string(step) + " is "
+                      + std::to_string(step / steps_per_epoch) + " full epochs at "
+                      + std::to_string(steps_per_epoch)
+                      + " steps an epoch, but the checkpoint's epoch counter says "
+                      + std::to_string(epochs_done)
+                      + ": the training set differs from the one it was saved with, or the"
+                        " checkpoint is damaged");
+  state.opt->restored();
+  if (state.opt->iterations() != step)
+    throw data_loss_error(name + ": the optimizer applied " + std::to_string(state.opt->iterations())
+                          + " steps, but the checkpoint's step is " + std::to_string(step));
+  note("resumed from " + name + " at step " + std::to_string(step) + " (epoch "
+       + std::to_string(step / steps_per_epoch + 1) + ", step "
+       + std::to_string(step % steps_per_epoch) + " of " + std::to_string(steps_per_epoch)
+       + " done)");
+  if (!config.resume_from.empty())
+    note(checkpoints ? "later checkpoints go to " + printable(config.checkpoint_dir.native())
+                     : std::string("no checkpoint directory: this run saves no checkpoints"));
+  return step;
+}
+
+/// Why training must stop at a loss that is not finite.
+value_error diverged(double loss, int epoch, std::int64_t step, std::int64_t steps,
+                     std::int64_t global_step, double learning_rate) {
+  return value_error("training: the loss is not finite (" + std::string(std::isnan(loss) ? "nan" : "inf")
+                     + ") at epoch " + std::to_string(epoch) + ", step " + std::to_string(step)
+                     + " of " + std::to_string(steps) + " (global step "
+                     + std::to_string(global_step) + "): the training diverged; try a lower"
+                       " learning rate (--lr; this epoch's is "
+                     + number_text(learning_rate)
+                     + ")");
+}
+
 } // namespace
 
 void keep_freed_memory() {
@@ -180,21 +313,11 @@ training_result train(const training_config& config, const training_data& data,
   const auto examples = data.train_images.shape()[0];
   const auto steps_per_epoch = (examples + config.global_batch - 1) / config.global_batch;
   std::optional<checkpoint_manager> checkpoints;
-  if (!config.checkpoint_dir.empty()) {
+  if (!config.checkpoint_dir.empty())
     checkpoints.emplace(config.checkpoint_dir, 3, strategy);
-    if (auto restored = checkpoints->restore_latest(state.checkpointed())) {
-      const auto saved_batch = state.global_batch.value().data<std::int64_t>()[0];
-      if (saved_batch != config.global_batch)
-        throw value_error("training: the checkpoints in " + config.checkpoint_dir.string()
-                          + " count steps of global batch " + std::to_string(saved_batch)
-                          + ", not " + std::to_string(config.global_batch)
-                          + "; resume with that batch or use another directory");
-      result.global_step = restored->step.value_or(0);
-      result.resumed_from_step = result.global_step;
-      state.opt->restored();
-      note("resumed from " + checkpoints->latest()->string() + " at step "
-           + std::to_string(result.global_step));
-    }
+  if (const auto step = resume(config, state, checkpoints, steps_per_epoch, note)) {
+    result.global_step = *step;
+    result.resumed_from_step = *step;
   }
   const auto save = [&](std::int64_t epoch) {
     if (!checkpoints)
@@ -216,7 +339,8 @@ training_result train(const training_config& config, const training_data& data,
                        });
   // A call of K steps takes them back to back: prefetch K ahead.
   auto distributed = strategy.experimental_distribute_dataset(
-      train_set, {.prefetch_depth = static_cast<std::size_t>(std::max(2, config.steps_per_call))});
+      train_set, {.prefetch_depth = static_cast<std::size_t>(std::max<std::int64_t>(
+                      2, std::min<std::int64_t>(config.steps_per_call, steps_per_epoch)))});
   const auto replicas = static_cast<std::size_t>(config.replicas);
   const auto out_of_steps = [&] {
     return config.max_steps > 0 && result.global_step >= config.max_steps;
@@ -229,13 +353,16 @@ training_result train(const training_config& config, const training_data& data,
       result.interrupted = true; // the last epoch's checkpoint is this step's
       break;
     }
-    const auto start = std::chrono::steady_clock::now();
-    state.opt->set_learning_rate(config.optimizer.learning_rate
-                                 * std::pow(config.lr_decay, static_cast<double>(epoch)));
+    const auto learning_rate
+        = config.optimizer.learning_rate * std::pow(config.lr_decay, static_cast<double>(epoch));
+    state.opt->set_learning_rate(learning_rate);
     auto iterator = distributed.make_iterator(static_cast<std::uint64_t>(epoch));
     auto done = result.global_step - epoch * steps_per_epoch; // steps taken before a resume
     for (std::int64_t i = 0; i < done; ++i)
       iterator.next();
+    // Timed from here, before the first call: the steps skipped above are
+    // not this process's work, and the first call's are.
+    const auto start = std::chrono::steady_clock::now();
     step_stats totals;
     std::int64_t ran = 0; // steps this call took in this epoch
     const auto data_ended = [&] {
@@ -251,6 +378,10 @@ training_result train(const training_config& config, const training_data& data,
       auto steps = std::min<std::int64_t>(config.steps_per_call, steps_per_epoch - done);
       if (config.max_steps > 0)
         steps = std::min(steps, config.max_steps - result.global_step);
+      // The first step of this call (from 1) whose loss is not finite on
+      // some replica, and that loss; 0 if none.
+      std::int64_t bad_step = 0;
+      double bad_loss = 0;
       if (config.steps_per_call == 1) {
         const auto step = iterator.next();
         if (!step)
@@ -260,31 +391,52 @@ training_result train(const training_config& config, const training_data& data,
               return replica_step(ctx, config, state, images, labels);
             },
             (*step)[0].leaf(), (*step)[1].leaf());
-        for (const auto& s : stats.values())
+        for (const auto& s : stats.values()) {
           totals += s;
+          if (!std::isfinite(s.loss))
+            bad_step = 1, bad_loss = s.loss;
+        }
       } else {
-        // Several steps in one dispatch; each replica adds up its own.
+        // Several steps in one dispatch; each replica adds up its own and
+        // notes its first non-finite loss.
         std::vector<step_stats> per_replica_totals(replicas);
+        std::vector<std::int64_t> taken(replicas, 0), first_bad(replicas, 0);
+        std::vector<double> first_bad_loss(replicas, 0);
         const auto context = strategy.extended().experimental_run_steps_on_iterator(
             [&](replica_context& ctx, multi_step_context&, const nest<tensor>& batch) {
-              per_replica_totals[ctx.replica_id_in_sync_group()]
-                  += replica_step(ctx, config, state, batch[0].leaf(), batch[1].leaf());
+              const auto r = ctx.replica_id_in_sync_group();
+              const auto stats = replica_step(ctx, config, state, batch[0].leaf(), batch[1].leaf());
+              ++taken[r];
+              if (!std::isfinite(stats.loss) && first_bad[r] == 0)
+                first_bad[r] = taken[r], first_bad_loss[r] = stats.loss;
+              per_replica_totals[r] += stats;
             },
             iterator, static_cast<std::size_t>(steps));
         steps = static_cast<std::int64_t>(context.steps());
         if (steps == 0)
           throw data_ended();
-        for (const auto& s : per_replica_totals)
-          totals += s;
+        for (std::size_t r = 0; r < replicas; ++r) {
+          totals += per_replica_totals[r];
+          if (first_bad[r] != 0 && (bad_step == 0 || first_bad[r] < bad_step))
+            bad_step = first_bad[r], bad_loss = first_bad_loss[r];
+        }
       }
+      if (bad_step != 0)
+        throw diverged(bad_loss, static_cast<int>(epoch + 1), done + bad_step, steps_per_epoch,
+                       result.global_step + bad_step, learning_rate);
       done += steps;
       ran += steps;
       result.global_step += steps;
+      const auto mean_loss = totals.loss / static_cast<double>(std::max<std::int64_t>(ran, 1));
+      const auto accuracy = static_cast<double>(totals.correct)
+                            / static_cast<double>(std::max<std::int64_t>(totals.examples, 1));
       if (observer.on_step)
-        observer.on_step(static_cast<int>(epoch + 1), done, steps_per_epoch,
-                         totals.loss / static_cast<double>(std::max<std::int64_t>(ran, 1)),
-                         static_cast<double>(totals.correct)
-                             / static_cast<double>(std::max<std::int64_t>(totals.examples, 1)));
+        observer.on_step(static_cast<int>(epoch + 1), done, steps_per_epoch, mean_loss, accuracy);
+      if (observer.on_progress)
+        observer.on_progress(step_progress{
+            static_cast<int>(epoch + 1), done, steps_per_epoch, mean_loss, accuracy,
+            totals.examples,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
     }
     if (result.interrupted)
       break;

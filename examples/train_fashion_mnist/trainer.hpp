@@ -9,7 +9,8 @@
 // epoch and the global step; a run resumed from one reaches the same
 // weights bit for bit as a run that never stopped, because the shuffle
 // order of epoch e is a pure function of (seed, e) and the steps already
-// taken in e are skipped.
+// taken in e are skipped. They also record the settings that make a run
+// (recorded_config.hpp), and a resume refuses different ones.
 
 #include "mlp.hpp"
 #include "optimizer.hpp"
@@ -48,7 +49,12 @@ struct training_config {
   /// Training steps per strategy call (extended().experimental_run_steps_on_iterator).
   int steps_per_call = 1;
   /// Where checkpoints go (every epoch, and on a stop request); empty: none.
+  /// A run resumes from the newest one there, unless `resume_from` is set.
   std::filesystem::path checkpoint_dir;
+  /// A checkpoint file to resume from instead of the newest in
+  /// `checkpoint_dir` (e.g. an older one when the newest is damaged);
+  /// empty: none. Later saves still go to `checkpoint_dir`.
+  std::filesystem::path resume_from;
   /// Stops after this many steps in all (a test's short run); 0: no limit.
   std::int64_t max_steps = 0;
 };
@@ -63,11 +69,32 @@ struct epoch_metrics {
   double examples_per_second = 0;
 };
 
-/// Called as training goes: after every step (epoch, steps done in it,
-/// steps per epoch, mean loss and accuracy so far in the epoch) and after
-/// every epoch.
+/// Where an epoch stands after a strategy call.
+struct step_progress {
+  int epoch = 0;          // from 1
+  std::int64_t step = 0;  // steps done in the epoch, those of an earlier run included
+  std::int64_t steps = 0; // steps per epoch
+  double loss = 0;        // mean loss of the steps this process ran in the epoch
+  double accuracy = 0;    // their share of correct predictions
+  /// Examples this process trained on in this epoch (a resumed epoch's
+  /// skipped steps are not among them).
+  std::int64_t examples = 0;
+  /// Seconds since just before this process's first call of the epoch.
+  double seconds = 0;
+
+  /// examples / seconds: the speed of this process alone.
+  double examples_per_second() const noexcept {
+    return seconds > 0 ? static_cast<double>(examples) / seconds : 0;
+  }
+};
+
+/// Called as training goes: after every strategy call (on_step with the
+/// epoch, steps done in it, steps per epoch, mean loss and accuracy so far
+/// in the epoch; on_progress with all of step_progress), after every epoch,
+/// and with notes (resumed, saved, ...).
 struct training_observer {
   std::function<void(int, std::int64_t, std::int64_t, double, double)> on_step;
+  std::function<void(const step_progress&)> on_progress;
   std::function<void(const epoch_metrics&)> on_epoch;
   std::function<void(const std::string&)> on_note;
 };
@@ -91,11 +118,29 @@ struct training_result {
 /// measured). Call once at start-up, before threads are started.
 void keep_freed_memory();
 
-/// Trains as configured and returns the result. Resumes from the newest
-/// checkpoint in `config.checkpoint_dir` if there is one. Stops early,
-/// after the current step, when `stop` becomes true. value_error for a bad
-/// configuration (non-positive replicas, epochs, batch or steps per call)
-/// or data that does not fit the model.
+/// Trains as configured and returns the result. Stops early, after the
+/// current step, when `stop` becomes true. value_error for a bad
+/// configuration (non-positive replicas, epochs, batch or steps per call,
+/// a global batch larger than the training set) or data that does not fit
+/// the model.
+///
+/// Resumes from `config.resume_from`, else from the newest checkpoint in
+/// `config.checkpoint_dir` if there is one. A resume checks, before it
+/// changes the model, that the checkpoint was saved with this global batch
+/// and the settings recorded_config names (value_error naming the field,
+/// the saved and the given value), then that its step fits its counters: a
+/// step that is missing or negative, or an optimizer iteration count other
+/// than the step, is a data_loss_error; an epoch counter other than step /
+/// steps per epoch (a training set of another size, or a damaged file) a
+/// value_error. A checkpoint from before the settings were recorded
+/// resumes with a note that they could not be checked. When the newest
+/// checkpoint cannot be read, the library's error (naming it and the
+/// newest readable one) gains a hint to resume from another with
+/// `resume_from` (--resume-from): never a silent fall-back.
+///
+/// Every call's loss is checked: a loss that is not finite (the training
+/// diverged) is a value_error naming the epoch and step, and nothing is
+/// saved after it.
 training_result train(const training_config& config, const training_data& data,
                       const training_observer& observer = {},
                       const std::atomic<bool>* stop = nullptr);

@@ -1,0 +1,461 @@
+// The command line of the main job (examples/train_fashion_mnist), driven as
+// a person drives it: the built program runs as a child process (its path
+// in $TRAIN_FASHION_MNIST, set by tests/meson.build) on a few hundred
+// made-up 28x28 images written here as IDX files, and each test checks its
+// exit status, what it printed and the files it left. Bad options exit 2
+// with the usage; --help states the defaults a run really uses; a plot path
+// can never run a command; a diverging loss stops the run; the examples per
+// second agree with the epoch's own figures; a resume refuses other
+// settings and --resume-from resumes from the file named.
+
+#include <doctest/doctest.h>
+
+#include "file_support.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// How a run of the program ended.
+struct outcome {
+  int status = -1; // the exit status; -1 if it did not exit normally
+  std::string out;
+  std::string err;
+};
+
+fs::path program() {
+  const char* path = std::getenv("TRAIN_FASHION_MNIST");
+  REQUIRE_MESSAGE(path != nullptr,
+                  "set TRAIN_FASHION_MNIST to the built train_fashion_mnist (meson test does)");
+  return fs::absolute(path);
+}
+
+/// Runs the program with `args` in the directory `cwd`, stdin from
+/// /dev/null, stdout and stderr captured. A run that takes longer than
+/// 120 s is killed and fails the test.
+outcome run(const std::vector<std::string>& args, const fs::path& cwd) {
+  static temporary_directory logs{"train_cli_logs"};
+  static int count = 0;
+  const auto out_path = logs.path() / ("out." + std::to_string(count));
+  const auto err_path = logs.path() / ("err." + std::to_string(count++));
+  const auto binary = program();
+  std::vector<std::string> strings{binary.string()};
+  strings.insert(strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : strings)
+    argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  REQUIRE(posix_spawn_file_actions_init(&actions) == 0);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
+  pid_t pid = 0;
+  const auto started = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE_MESSAGE(started == 0, "cannot start " << binary << ": " << std::strerror(started));
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  for (;;) {
+    const auto done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid)
+      break;
+    if (done < 0 && errno != EINTR)
+      FAIL("waitpid: " << std::strerror(errno));
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("train_fashion_mnist ran for more than 120 s and was killed");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  outcome result;
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+/// An IDX file: magic 0 0 8 (unsigned bytes) and the rank, the dimensions
+/// as big-endian u32, then the bytes.
+void write_idx(const fs::path& path, const std::vector<std::uint32_t>& dims,
+               const std::string& bytes) {
+  std::string file{'\0', '\0', '\x08', static_cast<char>(dims.size())};
+  for (auto d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8)
+      file += static_cast<char>((d >> shift) & 0xff);
+  write_file(path, file + bytes);
+}
+
+/// A Fashion-MNIST-shaped data set in `dir`: `train` and `test` images of
+/// 28x28 random bytes with labels 0-9 in turn.
+void write_data(const fs::path& dir, std::uint32_t train, std::uint32_t test) {
+  fs::create_directories(dir);
+  std::mt19937 generator{5};
+  const auto split = [&](const char* images, const char* labels, std::uint32_t n) {
+    std::string pixels(std::size_t{n} * 784, '\0');
+    for (auto& p : pixels)
+      p = static_cast<char>(generator() & 0xff);
+    std::string classes(n, '\0');
+    for (std::uint32_t i = 0; i < n; ++i)
+      classes[i] = static_cast<char>(i % 10);
+    write_idx(dir / images, {n, 28, 28}, pixels);
+    write_idx(dir / labels, {n}, classes);
+  };
+  split("train-images-idx3-ubyte", "train-labels-idx1-ubyte", train);
+  split("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", test);
+}
+
+/// A directory with a data set of 256 training images (8 steps of the
+/// tests' global batch 32) and 32 test images, and the options that train
+/// on it with 2 replicas, writing the metrics and the plot in the directory.
+struct workspace {
+  temporary_directory dir{"train_cli"};
+  workspace() { write_data(data(), 256, 32); }
+  fs::path data() const { return dir.path() / "data"; }
+  fs::path metrics() const { return dir.path() / "metrics.csv"; }
+  std::vector<std::string> options(std::vector<std::string> more) const {
+    std::vector<std::string> all{"--data-dir", data().string(), "--metrics", metrics().string(),
+                                 "--replicas", "2", "--global-batch", "32"};
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  }
+};
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// The first match of `pattern`'s group 1 in `text`; fails the test if none.
+std::string capture(const std::string& text, const std::string& pattern) {
+  std::smatch match;
+  REQUIRE_MESSAGE(std::regex_search(text, match, std::regex(pattern)),
+                  "no match for " << pattern << " in:\n" << text);
+  return match[1].str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::istringstream in{text};
+  while (std::getline(in, line))
+    lines.push_back(line);
+  return lines;
+}
+
+/// "12,345" -> 12345.
+double without_commas(std::string text) {
+  std::erase(text, ',');
+  return std::stod(text);
+}
+
+/// The checkpoint files in `dir`, 0 if there is no such directory.
+int checkpoints_in(const fs::path& dir) {
+  int count = 0;
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      count += e.path().extension() == ".safetensors" ? 1 : 0;
+  return count;
+}
+
+bool gnuplot_installed() {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs{path != nullptr ? path : ""};
+  std::string dir;
+  while (std::getline(dirs, dir, ':'))
+    if (!dir.empty() && ::access((fs::path(dir) / "gnuplot").c_str(), X_OK) == 0)
+      return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("every bad option exits 2 with the usage, naming the option and the value") {
+  const temporary_directory dir{"train_cli"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--replicas", "0"}, "--replicas: expected a whole number in [1, 4095], got '0'"},
+      {{"--replicas", "4096"}, "--replicas: expected a whole number in [1, 4095], got '4096'"},
+      {{"--replicas", "2x"}, "--replicas: expected a whole number in [1, 4095], got '2x'"},
+      {{"--replicas"}, "--replicas: missing value"},
+      {{"--epochs", "-1"}, "--epochs: expected a whole number"},
+      {{"--epochs", " 3"}, "--epochs: expected a whole number in [1, 2147483647], got ' 3'"},
+      {{"--epochs", ""}, "--epochs: expected a whole number in [1, 2147483647], got ''"},
+      {{"--global-batch", "1.5"}, "--global-batch: expected a whole number"},
+      {{"--seed", "-3"}, "--seed: expected a whole number"},
+      {{"--seed", "99999999999999999999"}, "--seed: expected a whole number"},
+      {{"--steps-per-call", "0"}, "--steps-per-call: expected a whole number"},
+      {{"--lr", "0"}, "--lr: expected a positive number, got '0'"},
+      {{"--lr", "nan"}, "--lr: expected a positive number, got 'nan'"},
+      {{"--lr", "inf"}, "--lr: expected a positive number, got 'inf'"},
+      {{"--lr", "1e999"}, "--lr: expected a positive number, got '1e999'"},
+      {{"--lr-decay", "1.5"}, "--lr-decay: expected a number in (0, 1], got '1.5'"},
+      {{"--optimizer", "rmsprop"}, "--optimizer: expected adam or sgd, got 'rmsprop'"},
+      {{"--optimizer", "\xff\x1b[2J\n"}, "--optimizer: expected adam or sgd, got '\\xff\\x1b[2J\\n'"},
+      {{"--bogus", "1"}, "unknown option '--bogus'"},
+      {{"--epochs=3"}, "unknown option '--epochs=3'"},
+      {{"--checkpoint-dir", ""}, "--checkpoint-dir: expected a path, got an empty one"},
+      {{"--resume-from", ""}, "--resume-from: expected a path, got an empty one"},
+      {{"--metrics", ""}, "--metrics: expected a path, got an empty one"},
+      {{"--plot", ""}, "--plot: expected a path, got an empty one"},
+      {{"--data-dir", ""}, "--data-dir: expected a path, got an empty one"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args.front());
+    CAPTURE(message);
+    const auto result = run(args, dir.path());
+    CHECK(result.status == 2);
+    CHECK(has(result.err, "train_fashion_mnist: " + message));
+    CHECK(has(result.err, "usage: train_fashion_mnist [options]"));
+    CHECK(result.out.empty());
+  }
+  // The largest replica count the library runs is accepted: the run goes
+  // on to read the data (missing here, so it stops there, with status 1).
+  const auto most = run({"--replicas", "4095", "--data-dir", "no-such-dir"}, dir.path());
+  CHECK(most.status == 1);
+  CHECK(has(most.err, "no-such-dir"));
+  CHECK_FALSE(has(most.err, "usage:"));
+  // Nothing was written where the program ran.
+  CHECK(fs::is_empty(dir.path()));
+}
+
+TEST_CASE("a global batch larger than the training set is a bad option") {
+  const workspace w;
+  const auto result = run(w.options({"--global-batch", "257"}), w.dir.path());
+  CHECK(result.status == 2);
+  CHECK(has(result.err, "--global-batch: 257 is larger than the training set (256 examples in "));
+  CHECK(has(result.err, "usage:"));
+}
+
+TEST_CASE("--help states the defaults that a run with no options uses") {
+  const temporary_directory dir{"train_cli"};
+  const auto help = run({"--help"}, dir.path());
+  REQUIRE(help.status == 0);
+  CHECK(help.err.empty());
+  const auto replicas = capture(help.out, R"(--replicas N .*default: the number of cores \((\d+) here\))");
+  const auto epochs = capture(help.out, R"(--epochs E .*default (\d+))");
+  const auto batch = capture(help.out, R"(--global-batch B .*default (\d+))");
+  const auto lr = capture(help.out, R"(--lr X .*default ([0-9.e-]+) \(adam\))");
+  const auto decay = capture(help.out, R"(--lr-decay D .*default ([0-9.]+))");
+  const auto seed = capture(help.out, R"(--seed S .*default (\d+))");
+  const auto steps = capture(help.out, R"(--steps-per-call K .*default (\d+))");
+  const auto metrics = capture(help.out, R"(--metrics FILE .*default (\S+))");
+  CHECK(batch == "128"); // the issue: --help said 158
+
+  // The run: only the data is given, 128 images so that the default batch
+  // fits (one step an epoch).
+  write_data(dir.path() / "data", 128, 16);
+  const auto result = run({"--data-dir", (dir.path() / "data").string()}, dir.path());
+  REQUIRE(result.status == 0);
+  CHECK(has(result.out, "model MLP 784-256-128-100-10, adam lr " + lr + " (x" + decay
+                            + " an epoch), " + replicas + " replicas, global batch " + batch
+                            + ", " + epochs + " epochs, seed " + seed + ", " + steps
+                            + " steps per call\n"));
+  const auto rows = lines_of(read_file(dir.path() / metrics));
+  CHECK(rows.size() == 1 + std::stoul(epochs));
+  CHECK(has(result.out, "steps " + epochs + ", this run ")); // one step an epoch
+  if (gnuplot_installed())
+    CHECK(fs::is_regular_file(dir.path() / fs::path(metrics).replace_extension(".svg")));
+}
+
+TEST_CASE("a plot path is never a gnuplot command, and the plot lands at exactly that path") {
+  if (!gnuplot_installed()) {
+    MESSAGE("gnuplot is not installed: skipped (apt-get install gnuplot-nox)");
+    return;
+  }
+  const workspace w;
+  // Inside `set output '...'` this path would close the quote, run a
+  // shell command on the next line, and open a quote again.
+  const std::string name = "curves'\nsystem \"touch pwned\"\nset output 'x.svg";
+  const auto plot = w.dir.path() / name;
+  const auto result = run(w.options({"--epochs", "2", "--plot", plot.string()}), w.dir.path());
+  INFO(result.err);
+  REQUIRE(result.status == 0);
+  CHECK_FALSE(fs::exists(w.dir.path() / "pwned"));
+  REQUIRE(fs::is_regular_file(plot));
+  CHECK(has(read_file(plot), "<svg"));
+  // The path is printed escaped, on one line.
+  CHECK(has(result.out, "plot: " + w.dir.path().string()
+                            + "/curves'\\nsystem \"touch pwned\"\\nset output 'x.svg\n"));
+  // Nothing else was left: no script or log next to the plot.
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(w.dir.path()))
+    entries.push_back(e.path().filename().string());
+  std::sort(entries.begin(), entries.end());
+  CHECK(entries == std::vector<std::string>{name, "data", "metrics.csv"});
+}
+
+TEST_CASE("outputs such as /dev/null stay allowed") {
+  const workspace w;
+  const auto result = run(w.options({"--epochs", "1", "--metrics", "/dev/null", "--plot",
+                                     "/dev/null"}),
+                          w.dir.path());
+  INFO(result.err);
+  CHECK(result.status == 0);
+  struct stat info {};
+  REQUIRE(::stat("/dev/null", &info) == 0);
+  CHECK(S_ISCHR(info.st_mode));
+}
+
+TEST_CASE("an unwritable metrics or plot path is reported before training, and nothing is truncated") {
+  const workspace w;
+  const auto no_dir = (w.dir.path() / "no-such-dir" / "metrics.csv").string();
+  auto result = run(w.options({"--metrics", no_dir}), w.dir.path());
+  CHECK(result.status == 1);
+  CHECK(has(result.err, "cannot write the metrics to '" + no_dir
+                            + "': No such file or directory"));
+  CHECK_FALSE(has(result.out, "Fashion-MNIST from")); // before the data was read
+
+  // A plot path that is a directory; the metrics of an earlier run stay.
+  write_file(w.metrics(), "earlier rows\n");
+  result = run(w.options({"--plot", w.data().string()}), w.dir.path());
+  CHECK(result.status == 1);
+  CHECK(has(result.err, "cannot write the plot to '" + w.data().string() + "': Is a directory"));
+  CHECK(read_file(w.metrics()) == "earlier rows\n");
+  // A path with bytes that are not UTF-8 is escaped in the message.
+  result = run(w.options({"--metrics", (w.dir.path() / "\xff/m.csv").string()}), w.dir.path());
+  CHECK(result.status == 1);
+  CHECK(has(result.err, "/\\xff/m.csv'"));
+}
+
+TEST_CASE("a loss that is not finite stops training with an error naming the epoch and step") {
+  const workspace w;
+  for (const char* steps_per_call : {"1", "8"}) {
+    CAPTURE(steps_per_call);
+    const auto checkpoints = w.dir.path() / ("ckpt-" + std::string(steps_per_call));
+    const auto result = run(w.options({"--lr", "1e30", "--steps-per-call", steps_per_call,
+                                       "--checkpoint-dir", checkpoints.string()}),
+                            w.dir.path());
+    CHECK(result.status == 1);
+    CHECK(has(result.err, "the loss is not finite"));
+    CHECK(has(result.err, "at epoch 1, step "));
+    CHECK(has(result.err, "try a lower learning rate"));
+    // Nothing diverged was saved.
+    CHECK(checkpoints_in(checkpoints) == 0);
+  }
+}
+
+TEST_CASE("examples per second count the steps this process ran, timed from before the first call") {
+  const workspace w;
+  // One call takes a whole epoch: its steps were once counted without
+  // their time (hundreds of millions of examples per second).
+  const auto result
+      = run(w.options({"--epochs", "2", "--steps-per-call", "1000"}), w.dir.path());
+  REQUIRE(result.status == 0);
+  const auto progress = lines_of(result.err);
+  const auto csv = lines_of(read_file(w.metrics()));
+  REQUIRE(csv.size() == 3);
+  const auto run_seconds = std::stod(capture(result.out, R"(this run ([0-9.e+-]+) s)"));
+  int epoch = 0;
+  for (const auto& line : progress) {
+    if (!has(line, " ex/s"))
+      continue;
+    ++epoch;
+    CAPTURE(line);
+    REQUIRE(epoch <= 2);
+    CHECK(has(line, "epoch " + std::to_string(epoch) + "/2 "));
+    const auto rate = without_commas(capture(line, R"(([0-9,]+) ex/s)"));
+    // The epoch's row: its examples per second, over the same steps.
+    const auto row = csv[static_cast<std::size_t>(epoch)];
+    const auto row_rate = std::stod(row.substr(row.rfind(',') + 1));
+    CAPTURE(row_rate);
+    CHECK(rate > 0);
+    CHECK(rate <= 2 * row_rate);
+    CHECK(rate >= 0.5 * row_rate);
+    // 256 examples took at most the whole run.
+    CHECK(rate * run_seconds >= 0.5 * 256);
+  }
+  CHECK(epoch == 2);
+}
+
+TEST_CASE("a resume refuses other settings, and accepts other replicas and steps per call") {
+  const workspace w;
+  const auto checkpoints = (w.dir.path() / "checkpoints").string();
+  const auto first = run(w.options({"--epochs", "1", "--checkpoint-dir", checkpoints}),
+                         w.dir.path());
+  REQUIRE(first.status == 0);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--seed", "7"}, "it was saved with seed 42, this run has 7"},
+      {{"--lr", "0.002"}, "it was saved with learning rate 0.001, this run has 0.002"},
+      {{"--lr-decay", "0.5"}, "it was saved with learning-rate decay 0.85, this run has 0.5"},
+      {{"--optimizer", "sgd"}, "it was saved with optimizer adam, this run has sgd"},
+      {{"--global-batch", "16"}, "it was saved with global batch 32, this run has 16"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(message);
+    auto options = w.options({"--epochs", "2", "--checkpoint-dir", checkpoints});
+    options.insert(options.end(), args.begin(), args.end());
+    const auto result = run(options, w.dir.path());
+    CHECK(result.status == 1);
+    CHECK(has(result.err, "cannot resume from " + checkpoints + "/ckpt-8.safetensors: "
+                              + message));
+  }
+  const auto resumed = run(w.options({"--epochs", "2", "--checkpoint-dir", checkpoints,
+                                      "--replicas", "1", "--steps-per-call", "3"}),
+                           w.dir.path());
+  INFO(resumed.err);
+  CHECK(resumed.status == 0);
+  CHECK(has(resumed.err, "resumed from " + checkpoints + "/ckpt-8.safetensors at step 8"));
+  CHECK(lines_of(read_file(w.metrics())).size() == 3); // the first run's row kept
+}
+
+TEST_CASE("--resume-from resumes from the file named when the newest cannot be read") {
+  const workspace w;
+  const auto checkpoints = w.dir.path() / "checkpoints";
+  REQUIRE(run(w.options({"--epochs", "2", "--checkpoint-dir", checkpoints.string()}),
+              w.dir.path())
+              .status
+          == 0);
+  const auto newest = checkpoints / "ckpt-16.safetensors";
+  const auto older = checkpoints / "ckpt-8.safetensors";
+  REQUIRE(fs::is_regular_file(newest));
+  REQUIRE(fs::is_regular_file(older));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+
+  const auto refused = run(w.options({"--epochs", "3", "--checkpoint-dir", checkpoints.string()}),
+                           w.dir.path());
+  CHECK(refused.status == 1);
+  CHECK(has(refused.err, "ckpt-16.safetensors"));
+  CHECK(has(refused.err, "--resume-from FILE"));
+
+  const auto resumed = run(w.options({"--epochs", "3", "--checkpoint-dir", checkpoints.string(),
+                                      "--resume-from", older.string()}),
+                           w.dir.path());
+  INFO(resumed.err);
+  CHECK(resumed.status == 0);
+  CHECK(has(resumed.err, "resumed from " + older.string() + " at step 8"));
+  CHECK(has(resumed.err, "later checkpoints go to " + checkpoints.string()));
+  CHECK(has(resumed.out, "steps 24, "));
+  CHECK(fs::is_regular_file(checkpoints / "ckpt-24.safetensors"));
+
+  const auto missing = run(w.options({"--resume-from", (w.dir.path() / "none").string()}),
+                           w.dir.path());
+  CHECK(missing.status == 1);
+  CHECK(has(missing.err, (w.dir.path() / "none").string()));
+}
