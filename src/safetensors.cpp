@@ -304,7 +304,8 @@ std::optional<std::size_t> header_checksum_at(std::string_view header_text,
                          + " twice");
   if (header_text.size() < digits + crc32_digits + 1 || header_text[digits + crc32_digits] != '"')
     throw errors.corrupt("the header's checksum field " + in_quotes(header_crc32_metadata_key)
-                         + " does not hold 8 characters");
+                         + " does not hold 8 characters before the header ends (after the "
+                         + std::to_string(header_text.size()) + " bytes the header length gives)");
   return digits;
 }
 
@@ -442,14 +443,17 @@ safetensors_header decode_safetensors_header(std::string_view prefix, std::uint6
 
   // nlohmann's parser takes a NUL byte for the end of the input; JSON allows
   // none, so the text after one would be ignored silently.
+  // A wrong header length shows as JSON cut short or run on: the message
+  // gives the length it read.
+  const auto not_json = "the header is not valid JSON (the header length gives it "
+                        + std::to_string(header_text.size()) + " bytes): ";
   if (auto nul = header_text.find('\0'); nul != std::string_view::npos)
-    throw errors.corrupt("the header is not valid JSON: it holds a NUL byte at offset "
-                         + std::to_string(nul));
+    throw errors.corrupt(not_json + "it holds a NUL byte at offset " + std::to_string(nul));
   json header;
   try {
     header = json::parse(header_text);
   } catch (const json::parse_error& e) {
-    throw errors.corrupt(std::string("the header is not valid JSON: ") + e.what());
+    throw errors.corrupt(not_json + e.what());
   }
   if (!header.is_object())
     throw errors.corrupt("the header is a JSON " + std::string(header.type_name())

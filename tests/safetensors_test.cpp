@@ -205,10 +205,12 @@ TEST_CASE("files too short for their header") {
 
 TEST_CASE("headers that are not a JSON object") {
   auto not_json = corruption_of(file_with("{\"a\": "));
-  CHECK(contains(not_json, "test.safetensors: the header is not valid JSON: "));
+  CHECK(contains(not_json, "test.safetensors: the header is not valid JSON (the header length "
+                           "gives it 6 bytes): "));
   CHECK(contains(not_json, "parse error"));
   CHECK(corruption_of(file_with(std::string("{}\0\0", 4)))
-        == "test.safetensors: the header is not valid JSON: it holds a NUL byte at offset 2");
+        == "test.safetensors: the header is not valid JSON (the header length gives it 4 bytes): "
+           "it holds a NUL byte at offset 2");
   CHECK(contains(corruption_of(file_with(std::string("{\"a\": \"\0\"}", 10))), "NUL byte"));
   CHECK(contains(corruption_of(file_with("{\"a\": \"\xff\"}")), "not valid JSON"));
   CHECK(corruption_of(file_with("[1, 2]"))
@@ -461,7 +463,8 @@ TEST_CASE("the header checksum covers the header length and every header byte") 
   // The field twice, or cut short.
   CHECK(corruption_of(file_with(R"({"a":1,"lockstep.header_crc32":"1"})"))
         == "test.safetensors: the header's checksum field \"lockstep.header_crc32\" does not "
-           "hold 8 characters");
+           "hold 8 characters before the header ends (after the 35 bytes the header length "
+           "gives)");
   CHECK(corruption_of(file_with(R"({"__metadata__":{"lockstep.header_crc32":"00000000"},)"
                                 R"("w":{"lockstep.header_crc32":"00000000"}})"))
         == "test.safetensors: the header holds its checksum field \"lockstep.header_crc32\" twice");
