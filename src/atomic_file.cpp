@@ -209,6 +209,9 @@ std::size_t remove_abandoned_temporaries(const std::filesystem::path& directory)
     if (fd == -1)
       continue;
     file_descriptor file(fd);
+    struct stat status {};
+    if (::fstat(file.get(), &status) == -1 || !S_ISREG(status.st_mode))
+      continue; // only regular files are temporaries
     // A live writer holds the lock: leave its temporary alone.
     if (flock_resuming(file.get(), LOCK_EX | LOCK_NB) == -1)
       continue;
