@@ -73,7 +73,14 @@ public:
 
   file_descriptor(const file_descriptor&) = delete;
   file_descriptor& operator=(const file_descriptor&) = delete;
-  file_descriptor& operator=(file_descriptor&&) = delete;
+  file_descriptor& operator=(file_descriptor&& other) noexcept {
+    if (this != &other) {
+      if (fd_ != -1)
+        ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
 
   int get() const { return fd_; }
 
@@ -177,9 +184,10 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
   // A second descriptor of the same open file keeps the lock after the
   // checked close of `file` below, until after the rename: a cleaner never
   // sees this temporary unlocked while it is still needed.
-  file_descriptor lock_holder(
-    LOCKSTEP_SYS_CHECK(::fcntl(file.get(), F_DUPFD_CLOEXEC, 0), temporary));
+  file_descriptor lock_holder(-1);
   try {
+    lock_holder = file_descriptor(
+      LOCKSTEP_SYS_CHECK(::fcntl(file.get(), F_DUPFD_CLOEXEC, 0), temporary));
     auto half = bytes.size() / 2;
     write_all(file, bytes.substr(0, half), temporary);
     run_hook(atomic_write_stage::partial_write);

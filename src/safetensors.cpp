@@ -454,6 +454,10 @@ safetensors_header decode_safetensors_header(std::string_view prefix, std::uint6
     header = json::parse(header_text);
   } catch (const json::parse_error& e) {
     throw errors.corrupt(not_json + e.what());
+  } catch (const std::bad_alloc&) {
+    throw errors.out_of_memory("the parsed header (" + std::to_string(result.length)
+                                 + " bytes of JSON)",
+                               result.length);
   }
   if (!header.is_object())
     throw errors.corrupt("the header is a JSON " + std::string(header.type_name())
