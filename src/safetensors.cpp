@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -12,8 +11,8 @@
 #include <map>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -245,15 +244,16 @@ void check_layout(std::vector<header_entry>& entries, std::uint64_t buffer_size,
 // header's checksums; each must name a tensor of the file.
 void take_checksums(safetensors_header& header, const decode_errors& errors) {
   auto& metadata = header.metadata;
+  std::set<std::string_view> names;
+  for (const auto& entry : header.entries)
+    names.insert(entry.name);
   for (auto it = metadata.begin(); it != metadata.end();) {
     if (!it->first.starts_with(crc32_metadata_prefix)) {
       ++it;
       continue;
     }
     auto name = it->first.substr(crc32_metadata_prefix.size());
-    auto holds = std::any_of(header.entries.begin(), header.entries.end(),
-                             [&](const auto& entry) { return entry.name == name; });
-    if (!holds)
+    if (!names.contains(name))
       throw errors.corrupt("\"__metadata__\" holds " + in_quotes(it->first)
                            + ", a checksum of a tensor the file does not hold");
     header.checksums.emplace(std::move(name), std::move(it->second));
@@ -300,8 +300,8 @@ std::optional<std::size_t> header_checksum_at(std::string_view header_text,
     return std::nullopt;
   const auto digits = found + opening.size();
   if (header_text.find(opening, digits) != std::string_view::npos)
-    throw errors.corrupt("the header holds its checksum field " + in_quotes(header_crc32_metadata_key)
-                         + " twice");
+    throw errors.corrupt("the header holds its checksum field "
+                         + in_quotes(header_crc32_metadata_key) + " twice");
   if (header_text.size() < digits + crc32_digits + 1 || header_text[digits + crc32_digits] != '"')
     throw errors.corrupt("the header's checksum field " + in_quotes(header_crc32_metadata_key)
                          + " does not hold 8 characters before the header ends (after the "
@@ -383,7 +383,8 @@ std::string encode_safetensors(const std::vector<named_tensor>& tensors,
   // The placeholder is the only text of this form (see header_checksum_opening).
   const auto digits = header_text.find(header_checksum_opening() + std::string(blank_crc32) + "\"")
                       + header_checksum_opening().size();
-  header_text.replace(digits, crc32_digits, crc32_hex(header_crc32(length_bytes, header_text, digits)));
+  header_text.replace(digits, crc32_digits,
+                      crc32_hex(header_crc32(length_bytes, header_text, digits)));
 
   std::string file;
   file.reserve(8 + header_text.size() + offset);
@@ -404,7 +405,8 @@ std::uint64_t decode_header_length(std::string_view first_bytes, std::uint64_t f
                                    const std::string& source) {
   decode_errors errors(source);
   if (file_size < 8 || first_bytes.size() < 8)
-    throw errors.corrupt("the file has " + std::to_string(std::min<std::uint64_t>(file_size, first_bytes.size()))
+    throw errors.corrupt("the file has "
+                         + std::to_string(std::min<std::uint64_t>(file_size, first_bytes.size()))
                          + " bytes, fewer than the 8 of the header length (truncated)");
   auto header_length = read_u64_le(first_bytes);
   if (header_length > max_header_length)

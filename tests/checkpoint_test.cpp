@@ -1023,7 +1023,8 @@ TEST_CASE("a checkpoint missing a checksum, its format or its step is refused") 
     std::string message;
   };
   const std::vector<edit_case> cases{
-    {"format 2 without the header checksum", with_header_edited(saved, drop("lockstep.header_crc32")),
+    {"format 2 without the header checksum",
+     with_header_edited(saved, drop("lockstep.header_crc32")),
      ": the header has no checksum (\"lockstep.header_crc32\"), which lockstep-checkpoint-2 "
      "requires"},
     // A renamed tensor checksum no longer turns the check off (format 1 has
@@ -1037,14 +1038,17 @@ TEST_CASE("a checkpoint missing a checksum, its format or its step is refused") 
                         }),
      ": \"__metadata__\" holds \"lockstep.crc32.v\", a checksum of a tensor the file does not "
      "hold"},
-    {"format 1 without a tensor checksum", with_header_edited(as_format_1(saved), drop("lockstep.crc32.w")),
+    {"format 1 without a tensor checksum",
+     with_header_edited(as_format_1(saved), drop("lockstep.crc32.w")),
      ": tensor \"w\": the header records no checksum (\"lockstep.crc32.w\") for it, which "
      "lockstep-checkpoint-1 requires"},
     {"format 1 without a step", with_header_edited(as_format_1(saved), drop("step")),
      ": the metadata has no step, which lockstep-checkpoint-1 requires"},
     {"an unknown format",
      with_header_edited(as_format_1(saved),
-                        [](json& header) { header["__metadata__"]["format"] = "lockstep-checkpoint-9"; }),
+                        [](json& header) {
+                          header["__metadata__"]["format"] = "lockstep-checkpoint-9";
+                        }),
      ": the metadata's format \"lockstep-checkpoint-9\" is not one this lockstep reads "
      "(lockstep-checkpoint-2, lockstep-checkpoint-1)"},
   };
