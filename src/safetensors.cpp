@@ -578,8 +578,13 @@ void safetensors_file::verify_tensors() const {
     std::uint32_t crc = 0;
     for (auto at = entry.begin; at < entry.end;) {
       const auto count = std::min(chunk_bytes, entry.end - at);
-      if (chunk.size() < count)
-        chunk.resize(static_cast<std::size_t>(count));
+      if (chunk.size() < count) {
+        try {
+          chunk.resize(static_cast<std::size_t>(count));
+        } catch (const std::bad_alloc&) {
+          throw errors.out_of_memory("a buffer to check tensor " + in_quotes(entry.name), count);
+        }
+      }
       if (file_.read_at(header_.buffer_offset() + at, chunk.data(), count) != count)
         throw errors.corrupt(entry.name, "the file shrank while its data was read (it had "
                                            + std::to_string(file_.size()) + " bytes)");
