@@ -2,8 +2,9 @@
 // whose headers claim gigabytes, and files far larger than their headers
 // say, are refused before their tensors are allocated (the peak allocation
 // is measured with a counting operator new, and, in builds without
-// AddressSanitizer, the refusals hold under an address-space limit, where a
-// checkpoint too large for memory is a resource_error naming the file); a
+// AddressSanitizer or ThreadSanitizer, the refusals hold under an
+// address-space limit, where a checkpoint too large for memory is a
+// resource_error naming the file); a
 // FIFO, device, socket or link to one where a checkpoint is expected is
 // refused by its type without blocking (checked in a child process that an
 // alarm would kill). No actor system: suite 'unit'.
@@ -38,15 +39,18 @@
 #include "lockstep/tensor.hpp"
 #include "lockstep/variable.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LOCKSTEP_TEST_UNDER_ASAN 1
+// AddressSanitizer and ThreadSanitizer reserve terabytes of address space
+// and abort, rather than throw std::bad_alloc, when memory runs out: no
+// address-space limit can be tested under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LOCKSTEP_TEST_UNDER_SANITIZER 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOCKSTEP_TEST_UNDER_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LOCKSTEP_TEST_UNDER_SANITIZER 1
 #endif
 #endif
-#ifndef LOCKSTEP_TEST_UNDER_ASAN
-#define LOCKSTEP_TEST_UNDER_ASAN 0
+#ifndef LOCKSTEP_TEST_UNDER_SANITIZER
+#define LOCKSTEP_TEST_UNDER_SANITIZER 0
 #endif
 
 using namespace lockstep;
@@ -222,9 +226,9 @@ TEST_CASE("a valid file is read with no more memory than its tensors and a const
 }
 
 TEST_CASE("under an address-space limit, refusals hold and a too-large file is a resource_error") {
-  if (LOCKSTEP_TEST_UNDER_ASAN) {
-    MESSAGE("skipped under AddressSanitizer, which reserves terabytes of address space: no "
-            "address-space limit can be set");
+  if (LOCKSTEP_TEST_UNDER_SANITIZER) {
+    MESSAGE("skipped under AddressSanitizer or ThreadSanitizer: they reserve terabytes of "
+            "address space and abort instead of throwing when memory runs out");
     return;
   }
   temporary_directory dir{directory_prefix};
