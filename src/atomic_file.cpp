@@ -3,6 +3,7 @@
 #include "lockstep/error.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,8 +68,19 @@ public:
       ::close(fd_);
   }
 
+  file_descriptor(file_descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {
+  }
+
   file_descriptor(const file_descriptor&) = delete;
   file_descriptor& operator=(const file_descriptor&) = delete;
+  file_descriptor& operator=(file_descriptor&& other) noexcept {
+    if (this != &other) {
+      if (fd_ != -1)
+        ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
 
   int get() const { return fd_; }
 
@@ -111,6 +123,54 @@ void fsync_directory(const std::filesystem::path& file_path) {
   dir.close(directory);
 }
 
+// flock(2), called again when a signal interrupted it.
+int flock_resuming(int fd, int operation) {
+  int result;
+  do
+    result = ::flock(fd, operation);
+  while (result == -1 && errno == EINTR);
+  return result;
+}
+
+// True if `path` (not followed if it is a link) is the file open as `fd`.
+bool names_open_file(const std::filesystem::path& path, int fd) {
+  struct stat by_name {};
+  struct stat by_descriptor {};
+  return ::lstat(path.c_str(), &by_name) == 0 && ::fstat(fd, &by_descriptor) == 0
+         && by_name.st_dev == by_descriptor.st_dev && by_name.st_ino == by_descriptor.st_ino;
+}
+
+// How often write_file_atomically starts again with a new temporary when a
+// cleaner removed the previous one before it was locked. Each retry needs a
+// cleaner to win a window of two system calls, so this is never reached but
+// by a file system whose locks do not work.
+constexpr int max_temporary_attempts = 100;
+
+// A new temporary for `path`, created and locked by this process, with its
+// name still leading to it; the descriptor and its name.
+std::pair<file_descriptor, std::filesystem::path>
+create_locked_temporary(const std::filesystem::path& path) {
+  for (int attempt = 0; attempt < max_temporary_attempts; ++attempt) {
+    auto temporary = temporary_path_for(path);
+    file_descriptor file(LOCKSTEP_SYS_CHECK(
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), temporary));
+    // Without waiting: a cleaner that locked the new file first is about to
+    // remove it, so the writer moves on to another name.
+    if (flock_resuming(file.get(), LOCK_EX | LOCK_NB) == -1) {
+      if (errno != EWOULDBLOCK)
+        LOCKSTEP_SYS_CHECK(-1, temporary); // reports flock's errno
+      continue;
+    }
+    if (names_open_file(temporary, file.get()))
+      return {std::move(file), std::move(temporary)};
+    // A cleaner removed it between open and flock; the name is free again.
+  }
+  throw io_error("write_file_atomically: could not keep a locked temporary file next to \""
+                 + path.string() + "\" in " + std::to_string(max_temporary_attempts)
+                 + " attempts: another process removed each one (does the file system support "
+                   "flock?)");
+}
+
 bool is_digits(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
     return c >= '0' && c <= '9';
@@ -120,10 +180,14 @@ bool is_digits(std::string_view text) {
 } // namespace
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
-  auto temporary = temporary_path_for(path);
-  file_descriptor file(LOCKSTEP_SYS_CHECK(
-    ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), temporary));
+  auto [file, temporary] = create_locked_temporary(path);
+  // A second descriptor of the same open file keeps the lock after the
+  // checked close of `file` below, until after the rename: a cleaner never
+  // sees this temporary unlocked while it is still needed.
+  file_descriptor lock_holder(-1);
   try {
+    lock_holder = file_descriptor(
+      LOCKSTEP_SYS_CHECK(::fcntl(file.get(), F_DUPFD_CLOEXEC, 0), temporary));
     auto half = bytes.size() / 2;
     write_all(file, bytes.substr(0, half), temporary);
     run_hook(atomic_write_stage::partial_write);
@@ -138,6 +202,33 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
     throw;
   }
   fsync_directory(path);
+}
+
+std::size_t remove_abandoned_temporaries(const std::filesystem::path& directory) {
+  std::size_t removed = 0;
+  std::error_code ec;
+  std::filesystem::directory_iterator entries{directory, ec};
+  for (; !ec && entries != std::filesystem::directory_iterator{}; entries.increment(ec)) {
+    const auto& path = entries->path();
+    if (!is_atomic_write_temporary(path))
+      continue;
+    // O_NOFOLLOW: a link with a temporary's name is not a temporary.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    if (fd == -1)
+      continue;
+    file_descriptor file(fd);
+    struct stat status {};
+    if (::fstat(file.get(), &status) == -1 || !S_ISREG(status.st_mode))
+      continue; // only regular files are temporaries
+    // A live writer holds the lock: leave its temporary alone.
+    if (flock_resuming(file.get(), LOCK_EX | LOCK_NB) == -1)
+      continue;
+    // Locked: its writer is gone, or it finished and renamed the file away
+    // (then the name leads nowhere, or to another file, and stays).
+    if (names_open_file(path, file.get()) && ::unlink(path.c_str()) == 0)
+      ++removed;
+  }
+  return removed;
 }
 
 void set_atomic_write_hook(std::function<void(atomic_write_stage)> hook) {

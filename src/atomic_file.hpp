@@ -3,6 +3,7 @@
 // Crash-safe replacement of a file, for checkpoints: readers of `path` see
 // the old contents or the new ones, never a mix, whenever the writer dies.
 
+#include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <string_view>
@@ -17,7 +18,26 @@ namespace lockstep::detail {
 /// reason, and removes the temporary file. Safe to call from several
 /// threads at once, even for one path: each call has its own temporary, and
 /// the last rename wins.
+///
+/// The writer holds an exclusive `flock` on its temporary from just after
+/// creating it until after the rename, so that
+/// `remove_abandoned_temporaries`, in this process or any other sharing the
+/// directory (another container, another host on a file system with flock),
+/// can tell a live writer's temporary from a crashed one's: a process id
+/// means nothing across containers or hosts, a lock held by a live process
+/// does. Should a cleaner delete the temporary between its creation and the
+/// lock, the writer notices (the name no longer leads to its file) and
+/// starts again with a new temporary.
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
+
+/// Removes the temporaries of `write_file_atomically` in `directory` whose
+/// writers are gone: each one it can lock without waiting (flock,
+/// LOCK_EX | LOCK_NB); a temporary whose writer is alive and holds its lock
+/// is left alone, so a process that opens a shared directory never breaks
+/// another's save in progress. Best effort: a temporary that cannot be
+/// opened or removed (a read-only directory, say) is skipped, since the
+/// caller may only read. Returns how many it removed.
+std::size_t remove_abandoned_temporaries(const std::filesystem::path& directory);
 
 /// The stages at which the test seam of `write_file_atomically` runs.
 enum class atomic_write_stage {
@@ -28,9 +48,11 @@ enum class atomic_write_stage {
 };
 
 /// Test seam: `hook` is called at each stage of every later
-/// `write_file_atomically` (nullptr removes it). An exception from `hook`
-/// leaves `write_file_atomically` as a failure does: the temporary file is
-/// removed and `path` is untouched. Not thread-safe; tests only.
+/// `write_file_atomically` (nullptr removes it), while the writer holds the
+/// temporary's lock. An exception from `hook` leaves
+/// `write_file_atomically` as a failure does: the temporary file is removed
+/// and `path` is untouched. A hook may block (a test pauses a writer in
+/// another process with it). Not thread-safe; tests only.
 void set_atomic_write_hook(std::function<void(atomic_write_stage)> hook);
 
 /// True for the names `write_file_atomically` gives its temporary files,

@@ -1,9 +1,21 @@
 // Checkpoints: variables to and from safetensors files (src/safetensors.hpp),
-// written with write_file_atomically (src/atomic_file.hpp).
+// written with write_file_atomically (src/atomic_file.hpp), one writer per
+// folder (src/folder_lock.hpp).
+//
+// What makes a file a lockstep checkpoint is its "format" metadata. Such a
+// file must be whole and self-consistent: every tensor carries its crc32,
+// the header carries one (format 2; format 1 files predate it and are read
+// with a warning), the step is a non-negative integer and agrees with a
+// `ckpt-<n>.safetensors` name. A safetensors file without "format" (from
+// another tool) is read as the container allows: whatever checksums it has
+// are verified. One flipped bit cannot turn a checkpoint into such a file:
+// the "format" key is covered by the header checksum.
 
 #include "lockstep/checkpoint.hpp"
 
 #include "atomic_file.hpp"
+#include "folder_lock.hpp"
+#include "log.hpp"
 #include "safetensors.hpp"
 #include "thread_mode.hpp"
 #include "variable_state.hpp"
@@ -12,7 +24,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <set>
+#include <span>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 
@@ -20,7 +35,11 @@ namespace lockstep {
 
 namespace {
 
-constexpr const char* checkpoint_format = "lockstep-checkpoint-1";
+constexpr std::string_view format_1 = "lockstep-checkpoint-1";
+
+std::string quoted(const std::filesystem::path& path) {
+  return "\"" + path.string() + "\"";
+}
 
 /// The value a checkpoint stores for `var` (see `save`).
 tensor saved_value(const variable& var) {
@@ -38,18 +57,26 @@ void check_unique_names(const std::vector<variable>& variables, const char* what
                         + "'; names in a checkpoint must be unique");
 }
 
-checkpoint_info info_of(std::map<std::string, std::string> metadata, const std::string& source) {
-  checkpoint_info info;
-  if (auto i = metadata.find("step"); i != metadata.end()) {
-    std::int64_t step = 0;
-    const auto& text = i->second;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
-    if (ec != std::errc{} || end != text.data() + text.size())
-      throw data_loss_error(source + ": the metadata's step \"" + text + "\" is not an integer");
-    info.step = step;
-  }
-  info.metadata = std::move(metadata);
-  return info;
+/// value_error naming `name` and the first NaN or infinity in `values`.
+template <class T>
+void check_finite(std::span<const T> values, const std::string& name) {
+  const auto bad = std::find_if(values.begin(), values.end(),
+                                [](T x) { return !std::isfinite(x); });
+  if (bad == values.end())
+    return;
+  std::ostringstream value;
+  value << *bad;
+  throw value_error("save: variable '" + name + "' holds " + value.str() + " at element "
+                    + std::to_string(bad - values.begin())
+                    + "; a checkpoint holds finite values only, so a run resumed from it can "
+                      "train (find where the value became non-finite)");
+}
+
+void check_finite(const tensor& value, const std::string& name) {
+  if (value.dtype() == dtype::f32)
+    check_finite(value.data<float>(), name);
+  else if (value.dtype() == dtype::f64)
+    check_finite(value.data<double>(), name);
 }
 
 /// The step of a file named "ckpt-<digits>.safetensors", else nullopt.
@@ -68,17 +95,136 @@ std::optional<std::int64_t> checkpoint_step(const std::string& name) {
   return step;
 }
 
+/// The step `text` of the checkpoint `path`, checked: a non-negative
+/// integer, equal to the step in the file's name if it is named by step.
+std::int64_t checked_step(const std::string& text, const std::filesystem::path& path) {
+  const auto source = path.string();
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (ec != std::errc{} || end != text.data() + text.size())
+    throw data_loss_error(source + ": the metadata's step \"" + text + "\" is not an integer");
+  if (step < 0)
+    throw data_loss_error(source + ": the metadata's step " + text + " is negative");
+  if (auto named = checkpoint_step(path.filename().string()); named && *named != step)
+    throw data_loss_error(source + ": the metadata's step " + text + " differs from the step "
+                          + std::to_string(*named) + " in the file's name");
+  return step;
+}
+
+/// Applies the checkpoint rules (see the top of this file) to the validated
+/// header of `path`; its info.
+checkpoint_info checked_info(const detail::safetensors_header& header,
+                             const std::filesystem::path& path) {
+  const auto source = path.string();
+  checkpoint_info info;
+  info.metadata = header.metadata;
+  const auto format = header.metadata.find("format");
+  if (format != header.metadata.end()) {
+    if (format->second != checkpoint_format && format->second != format_1)
+      throw data_loss_error(source + ": the metadata's format \"" + format->second
+                            + "\" is not one this lockstep reads (" + checkpoint_format + ", "
+                            + std::string(format_1) + ")");
+    if (!header.has_header_checksum) {
+      if (format->second != format_1)
+        throw data_loss_error(source + ": the header has no checksum (\""
+                              + std::string(detail::header_crc32_metadata_key) + "\"), which "
+                              + format->second + " requires");
+      LOCKSTEP_LOG_WARN("{}: a {} checkpoint, written before lockstep checked its header: its "
+                        "header (the step, the checksums) has no checksum, so corruption there "
+                        "may go unnoticed; save again to write {}",
+                        source, format_1, checkpoint_format);
+    }
+    for (const auto& entry : header.entries)
+      if (!header.checksums.contains(entry.name))
+        throw data_loss_error(source + ": tensor \"" + entry.name + "\": the header records no "
+                              "checksum (\"" + std::string(detail::crc32_metadata_prefix)
+                              + entry.name + "\") for it, which " + format->second
+                              + " requires");
+    if (!header.metadata.contains("step"))
+      throw data_loss_error(source + ": the metadata has no step, which " + format->second
+                            + " requires");
+  }
+  if (auto step = header.metadata.find("step"); step != header.metadata.end())
+    info.step = checked_step(step->second, path);
+  return info;
+}
+
+/// A checkpoint file read whole and checked.
+struct loaded_checkpoint {
+  checkpoint_info info;
+  std::map<std::string, tensor> tensors;
+};
+
+loaded_checkpoint load(const std::filesystem::path& path) {
+  auto file = detail::safetensors_file::open(path);
+  auto info = checked_info(file.header(), path);
+  return {std::move(info), file.read_tensors()};
+}
+
+/// Writes `checkpoint`'s tensors into `variables`, after checking them all.
+void assign_all(const std::filesystem::path& path, const loaded_checkpoint& checkpoint,
+                const std::vector<variable>& variables) {
+  const auto source = path.string();
+  std::vector<const tensor*> values;
+  for (const auto& v : variables) {
+    const auto found = checkpoint.tensors.find(v.name());
+    if (found == checkpoint.tensors.end())
+      throw value_error(source + ": no tensor for variable '" + v.name() + "'");
+    const auto& t = found->second;
+    if (t.dtype() != v.dtype())
+      throw dtype_error(source + ": variable '" + v.name() + "' is "
+                        + std::string(to_string(v.dtype())) + " but the checkpoint holds "
+                        + std::string(to_string(t.dtype())));
+    if (t.shape() != v.shape())
+      throw shape_error(source + ": variable '" + v.name() + "' has shape "
+                        + shape_to_string(v.shape()) + " but the checkpoint holds "
+                        + shape_to_string(t.shape()));
+    values.push_back(&t);
+  }
+  // A cross-replica assign writes every copy, with TF's rule for SUM
+  // sync-on-read variables.
+  for (std::size_t i = 0; i < variables.size(); ++i)
+    variables[i].container().assign(*values[i]);
+}
+
+void require_cross_replica(const std::vector<variable>& variables) {
+  for (const auto& v : variables)
+    v.state().require_cross_replica_context();
+}
+
+/// Whether `restore_latest` reads an error from reading a checkpoint as
+/// "this file is unreadable" (rather than a shortage of memory).
+template <class F>
+std::optional<std::string> unreadable_reason(F&& read) {
+  try {
+    read();
+    return std::nullopt;
+  } catch (const data_loss_error& e) {
+    return e.what();
+  } catch (const io_error& e) {
+    return e.what();
+  } catch (const dtype_error& e) {
+    return e.what(); // a dtype lockstep does not read
+  }
+}
+
 } // namespace
 
 void save(const std::filesystem::path& path, const std::vector<variable>& variables,
           std::int64_t step) {
   check_unique_names(variables, "save");
+  if (step < 0)
+    throw value_error("save: the step must not be negative, got " + std::to_string(step));
+  if (auto named = checkpoint_step(path.filename().string()); named && *named != step)
+    throw value_error("save: " + quoted(path) + " is named for step " + std::to_string(*named)
+                      + ", not the step " + std::to_string(step) + " being saved");
   std::vector<detail::named_tensor> tensors;
   std::size_t replicas = 1;
   std::string strategy_name = get_strategy().to_string();
   for (const auto& v : variables) {
     v.state().require_cross_replica_context();
     tensors.push_back({v.name(), saved_value(v)});
+    check_finite(tensors.back().value, v.name());
     replicas = std::max(replicas, v.container().values().size());
     strategy_name = v.strategy().to_string();
   }
@@ -93,36 +239,18 @@ void save(const std::filesystem::path& path, const std::vector<variable>& variab
 
 checkpoint_info restore(const std::filesystem::path& path, const std::vector<variable>& variables) {
   check_unique_names(variables, "restore");
-  const auto source = path.string();
-  auto contents = detail::read_safetensors(path);
+  require_cross_replica(variables);
   // Check everything first: a failed restore leaves every variable as it was.
-  std::vector<const tensor*> values;
-  for (const auto& v : variables) {
-    v.state().require_cross_replica_context();
-    const auto found = contents.tensors.find(v.name());
-    if (found == contents.tensors.end())
-      throw value_error(source + ": no tensor for variable '" + v.name() + "'");
-    const auto& t = found->second;
-    if (t.dtype() != v.dtype())
-      throw dtype_error(source + ": variable '" + v.name() + "' is "
-                        + std::string(to_string(v.dtype())) + " but the checkpoint holds "
-                        + std::string(to_string(t.dtype())));
-    if (t.shape() != v.shape())
-      throw shape_error(source + ": variable '" + v.name() + "' has shape "
-                        + shape_to_string(v.shape()) + " but the checkpoint holds "
-                        + shape_to_string(t.shape()));
-    values.push_back(&t);
-  }
-  auto info = info_of(std::move(contents.metadata), source); // checks the step too
-  // A cross-replica assign writes every copy, with TF's rule for SUM
-  // sync-on-read variables.
-  for (std::size_t i = 0; i < variables.size(); ++i)
-    variables[i].container().assign(*values[i]);
-  return info;
+  auto checkpoint = load(path);
+  assign_all(path, checkpoint, variables);
+  return std::move(checkpoint.info);
 }
 
 checkpoint_info read_checkpoint_info(const std::filesystem::path& path) {
-  return info_of(detail::read_safetensors(path).metadata, path.string());
+  auto file = detail::safetensors_file::open(path);
+  auto info = checked_info(file.header(), path);
+  file.verify_tensors();
+  return info;
 }
 
 // -- checkpoint_manager ----------------------------------------------------------
@@ -137,10 +265,12 @@ checkpoint_manager::checkpoint_manager(std::filesystem::path directory, std::siz
   if (ec)
     throw io_error("checkpoint_manager: cannot create " + directory_.string() + ": "
                    + ec.message());
-  for (const auto& entry : std::filesystem::directory_iterator{directory_, ec})
-    if (detail::is_atomic_write_temporary(entry.path()))
-      std::filesystem::remove(entry.path(), ec); // left by a save that crashed
+  detail::remove_abandoned_temporaries(directory_); // left by saves that crashed
 }
+
+checkpoint_manager::checkpoint_manager(checkpoint_manager&&) noexcept = default;
+checkpoint_manager& checkpoint_manager::operator=(checkpoint_manager&&) noexcept = default;
+checkpoint_manager::~checkpoint_manager() = default;
 
 std::optional<std::filesystem::path>
 checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t step) {
@@ -149,6 +279,9 @@ checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t st
                       + std::to_string(step));
   if (!strategy_.extended().should_checkpoint())
     return std::nullopt;
+  if (!writer_lock_)
+    writer_lock_ = std::make_unique<detail::folder_lock>(
+      detail::folder_lock::acquire(directory_, "checkpoint_manager"));
   const auto path = directory_ / ("ckpt-" + std::to_string(step) + ".safetensors");
   lockstep::save(path, variables, step);
   // Delete the oldest others: a step saved after larger ones (a rerun
@@ -188,12 +321,34 @@ std::optional<std::filesystem::path> checkpoint_manager::latest() const {
   return all.back();
 }
 
+std::optional<std::filesystem::path> checkpoint_manager::newest_readable() const {
+  auto all = checkpoints();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (!unreadable_reason([&] { read_checkpoint_info(*it); }))
+      return *it;
+  return std::nullopt;
+}
+
 std::optional<checkpoint_info>
 checkpoint_manager::restore_latest(const std::vector<variable>& variables) const {
+  check_unique_names(variables, "restore");
+  require_cross_replica(variables);
   const auto path = latest();
   if (!path)
     return std::nullopt;
-  return restore(*path, variables);
+  loaded_checkpoint checkpoint;
+  if (auto reason = unreadable_reason([&] { checkpoint = load(*path); })) {
+    auto message = "checkpoint_manager: the newest checkpoint " + quoted(*path)
+                   + " is unreadable (" + *reason + "); ";
+    if (auto readable = newest_readable())
+      message += "the newest readable checkpoint is " + quoted(*readable)
+                 + "; restore it explicitly to resume from there, or remove the unreadable one";
+    else
+      message += "no checkpoint in " + quoted(directory_) + " is readable";
+    throw data_loss_error(message);
+  }
+  assign_all(*path, checkpoint, variables);
+  return std::move(checkpoint.info);
 }
 
 } // namespace lockstep

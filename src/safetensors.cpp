@@ -2,21 +2,17 @@
 
 #include "lockstep/error.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <new>
 #include <optional>
+#include <set>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -62,9 +58,8 @@ std::optional<dtype> dtype_of_safetensors_name(std::string_view name) {
   return std::nullopt;
 }
 
-// zlib's crc32 of `bytes` as 8 lowercase hex digits.
-std::string crc32_hex(std::string_view bytes) {
-  auto crc = crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+// A crc32 as 8 lowercase hex digits.
+std::string crc32_hex(std::uint32_t crc) {
   char text[9];
   std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
   return text;
@@ -81,13 +76,7 @@ std::string in_quotes(std::string_view text) {
 // -- decoding -----------------------------------------------------------------
 
 // A tensor's header entry, validated on its own (not yet against the buffer).
-struct header_entry {
-  std::string name;
-  dtype type;
-  shape_t shape;
-  std::uint64_t begin;
-  std::uint64_t end;
-};
+using header_entry = safetensors_entry;
 
 // The errors of one decode, each message opening with the source.
 class decode_errors {
@@ -105,6 +94,11 @@ public:
 
   dtype_error unsupported(std::string_view tensor_name, const std::string& problem) const {
     return dtype_error(source_ + ": tensor " + in_quotes(tensor_name) + ": " + problem);
+  }
+
+  resource_error out_of_memory(const std::string& what, std::uint64_t bytes) const {
+    return resource_error(source_ + ": memory ran out allocating " + std::to_string(bytes)
+                          + " bytes for " + what);
   }
 
 private:
@@ -246,66 +240,85 @@ void check_layout(std::vector<header_entry>& entries, std::uint64_t buffer_size,
                          + " bytes after the last tensor's data");
 }
 
-// Checks the "lockstep.crc32.<name>" keys against the data and removes them.
-void verify_checksums(std::map<std::string, std::string>& metadata,
-                      const std::map<std::string, std::string_view>& data,
-                      const decode_errors& errors) {
+// Moves the "lockstep.crc32.<name>" keys out of `metadata` into the
+// header's checksums; each must name a tensor of the file.
+void take_checksums(safetensors_header& header, const decode_errors& errors) {
+  auto& metadata = header.metadata;
+  std::set<std::string_view> names;
+  for (const auto& entry : header.entries)
+    names.insert(entry.name);
   for (auto it = metadata.begin(); it != metadata.end();) {
     if (!it->first.starts_with(crc32_metadata_prefix)) {
       ++it;
       continue;
     }
-    auto name = std::string_view(it->first).substr(crc32_metadata_prefix.size());
-    auto found = data.find(std::string(name));
-    if (found == data.end())
+    auto name = it->first.substr(crc32_metadata_prefix.size());
+    if (!names.contains(name))
       throw errors.corrupt("\"__metadata__\" holds " + in_quotes(it->first)
                            + ", a checksum of a tensor the file does not hold");
-    auto actual = crc32_hex(found->second);
-    if (it->second != actual)
-      throw errors.corrupt(name, "the crc32 of its data is " + actual
-                                     + ", but the file records " + in_quotes(it->second));
+    header.checksums.emplace(std::move(name), std::move(it->second));
     it = metadata.erase(it);
   }
 }
 
-// -- reading files ------------------------------------------------------------
-
-[[noreturn]] void throw_read_failure(const char* call, const std::filesystem::path& path) {
-  auto reason = std::generic_category().message(errno);
-  throw io_error(std::string(call) + " failed on " + in_quotes(path.string()) + ": " + reason);
+// Checks the crc32 `actual` of tensor `name`'s bytes against the checksum
+// the header records, if it records one.
+void check_tensor_checksum(const safetensors_header& header, const std::string& name,
+                           std::uint32_t actual, const decode_errors& errors) {
+  auto recorded = header.checksums.find(name);
+  if (recorded == header.checksums.end())
+    return;
+  auto actual_hex = crc32_hex(actual);
+  if (recorded->second != actual_hex)
+    throw errors.corrupt(name, "the crc32 of its data is " + actual_hex + ", but the file records "
+                                   + in_quotes(recorded->second));
 }
 
-std::string read_whole_file(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd == -1)
-    throw_read_failure("open", path);
-  // Closes the descriptor however this function ends; closing a file that
-  // was only read has nothing to report.
-  struct descriptor_closer {
-    int fd;
-    ~descriptor_closer() { ::close(fd); }
-  } close_at_exit{fd};
-  struct stat status {};
-  if (::fstat(fd, &status) == -1)
-    throw_read_failure("fstat", path);
-  // One byte more than the size, so that the read which finds the end of the
-  // file needs no second allocation.
-  std::string bytes(static_cast<std::size_t>(std::max<off_t>(status.st_size, 0)) + 1, '\0');
-  std::size_t used = 0;
-  for (;;) {
-    if (used == bytes.size())
-      bytes.resize(bytes.size() * 2); // the file grew while being read
-    auto count = ::read(fd, bytes.data() + used, bytes.size() - used);
-    if (count == -1 && errno == EINTR)
-      continue;
-    if (count == -1)
-      throw_read_failure("read", path);
-    if (count == 0)
-      break;
-    used += static_cast<std::size_t>(count);
-  }
-  bytes.resize(used);
-  return bytes;
+std::uint32_t crc32_of(std::string_view bytes, std::uint32_t crc = 0) {
+  return static_cast<std::uint32_t>(
+    crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+}
+
+// -- the header checksum ------------------------------------------------------
+
+// The text that opens the header checksum's value in a header lockstep wrote
+// (compact JSON): a tensor name or metadata value cannot hold it, since
+// JSON escapes the quotes inside strings.
+std::string header_checksum_opening() {
+  return "\"" + std::string(header_crc32_metadata_key) + "\":\"";
+}
+
+constexpr std::size_t crc32_digits = 8;
+constexpr std::string_view blank_crc32 = "00000000";
+
+// Where the header checksum's 8 digits lie in `header_text`, if it has one.
+std::optional<std::size_t> header_checksum_at(std::string_view header_text,
+                                              const decode_errors& errors) {
+  const auto opening = header_checksum_opening();
+  const auto found = header_text.find(opening);
+  if (found == std::string_view::npos)
+    return std::nullopt;
+  const auto digits = found + opening.size();
+  if (header_text.find(opening, digits) != std::string_view::npos)
+    throw errors.corrupt("the header holds its checksum field "
+                         + in_quotes(header_crc32_metadata_key) + " twice");
+  if (header_text.size() < digits + crc32_digits + 1 || header_text[digits + crc32_digits] != '"')
+    throw errors.corrupt("the header's checksum field " + in_quotes(header_crc32_metadata_key)
+                         + " does not hold 8 characters before the header ends (after the "
+                         + std::to_string(header_text.size()) + " bytes the header length gives)");
+  return digits;
+}
+
+// zlib's crc32 of the 8 length bytes and the header, with the checksum's
+// digits (at `digits`, if any) read as "00000000".
+std::uint32_t header_crc32(std::string_view length_bytes, std::string_view header_text,
+                           std::optional<std::size_t> digits) {
+  auto crc = crc32_of(length_bytes);
+  if (!digits)
+    return crc32_of(header_text, crc);
+  crc = crc32_of(header_text.substr(0, *digits), crc);
+  crc = crc32_of(blank_crc32, crc);
+  return crc32_of(header_text.substr(*digits + crc32_digits), crc);
 }
 
 } // namespace
@@ -324,10 +337,14 @@ std::string encode_safetensors(const std::vector<named_tensor>& tensors,
     if (!by_name.emplace(name, &value).second)
       throw value_error("encode_safetensors: tensor name " + in_quotes(name) + " appears twice");
   }
-  for (const auto& [key, value] : metadata)
+  for (const auto& [key, value] : metadata) {
     if (key.starts_with(crc32_metadata_prefix))
       throw value_error("encode_safetensors: metadata key " + in_quotes(key) + " starts with "
                         + in_quotes(crc32_metadata_prefix) + ", which is reserved for checksums");
+    if (key == header_crc32_metadata_key)
+      throw value_error("encode_safetensors: metadata key " + in_quotes(key)
+                        + " is reserved for the header's checksum");
+  }
 
   auto all_metadata = metadata;
 
@@ -340,11 +357,13 @@ std::string encode_safetensors(const std::vector<named_tensor>& tensors,
     entry["shape"] = value->shape();
     entry["data_offsets"] = {offset, offset + bytes.size()};
     header[std::string(name)] = std::move(entry);
-    all_metadata[std::string(crc32_metadata_prefix) + std::string(name)] = crc32_hex(bytes);
+    all_metadata[std::string(crc32_metadata_prefix) + std::string(name)] =
+      crc32_hex(crc32_of(bytes));
     offset += bytes.size();
   }
-  if (!all_metadata.empty())
-    header[std::string(metadata_key)] = all_metadata;
+  // A placeholder of the checksum's final length: the layout is final.
+  all_metadata[std::string(header_crc32_metadata_key)] = std::string(blank_crc32);
+  header[std::string(metadata_key)] = all_metadata;
 
   std::string header_text;
   try {
@@ -358,10 +377,18 @@ std::string encode_safetensors(const std::vector<named_tensor>& tensors,
   // as the spec recommends.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
+  std::string length_bytes;
+  for (int i = 0; i < 8; ++i)
+    length_bytes.push_back(static_cast<char>((header_text.size() >> (8 * i)) & 0xff));
+  // The placeholder is the only text of this form (see header_checksum_opening).
+  const auto digits = header_text.find(header_checksum_opening() + std::string(blank_crc32) + "\"")
+                      + header_checksum_opening().size();
+  header_text.replace(digits, crc32_digits,
+                      crc32_hex(header_crc32(length_bytes, header_text, digits)));
+
   std::string file;
   file.reserve(8 + header_text.size() + offset);
-  for (int i = 0; i < 8; ++i)
-    file.push_back(static_cast<char>((header_text.size() >> (8 * i)) & 0xff));
+  file += length_bytes;
   file += header_text;
   for (const auto& [name, value] : by_name)
     file += bytes_of(*value);
@@ -370,66 +397,208 @@ std::string encode_safetensors(const std::vector<named_tensor>& tensors,
 
 // -- decoding -----------------------------------------------------------------
 
-safetensors_contents decode_safetensors(std::string_view bytes, const std::string& source,
-                                        const device_spec& device) {
+std::uint64_t safetensors_header::file_size() const noexcept {
+  return buffer_offset() + (entries.empty() ? 0 : entries.back().end);
+}
+
+std::uint64_t decode_header_length(std::string_view first_bytes, std::uint64_t file_size,
+                                   const std::string& source) {
   decode_errors errors(source);
-  if (bytes.size() < 8)
-    throw errors.corrupt("the file has " + std::to_string(bytes.size())
+  if (file_size < 8 || first_bytes.size() < 8)
+    throw errors.corrupt("the file has "
+                         + std::to_string(std::min<std::uint64_t>(file_size, first_bytes.size()))
                          + " bytes, fewer than the 8 of the header length (truncated)");
-  auto header_length = read_u64_le(bytes);
+  auto header_length = read_u64_le(first_bytes);
   if (header_length > max_header_length)
     throw errors.corrupt("the header length " + std::to_string(header_length)
                          + " exceeds the limit of " + std::to_string(max_header_length)
                          + " bytes");
-  if (header_length > bytes.size() - 8)
+  if (header_length > file_size - 8)
     throw errors.corrupt("the header length " + std::to_string(header_length)
-                         + " exceeds the " + std::to_string(bytes.size() - 8)
+                         + " exceeds the " + std::to_string(file_size - 8)
                          + " bytes after it (truncated)");
-  auto header_text = bytes.substr(8, header_length);
-  auto buffer = bytes.substr(8 + header_length);
+  return header_length;
+}
+
+safetensors_header decode_safetensors_header(std::string_view prefix, std::uint64_t file_size,
+                                             const std::string& source) {
+  decode_errors errors(source);
+  safetensors_header result;
+  result.length = decode_header_length(prefix.substr(0, 8), file_size, source);
+  if (prefix.size() < 8 + result.length)
+    throw errors.corrupt("the header has " + std::to_string(prefix.size() - 8) + " of its "
+                         + std::to_string(result.length) + " bytes (truncated)");
+  const auto header_text = prefix.substr(8, result.length);
+
+  // First the checksum, over the raw bytes: whatever else a flipped bit
+  // breaks, the error says the header is corrupt.
+  const auto digits = header_checksum_at(header_text, errors);
+  if (digits) {
+    const auto recorded = header_text.substr(*digits, crc32_digits);
+    const auto actual = crc32_hex(header_crc32(prefix.substr(0, 8), header_text, digits));
+    if (recorded != actual)
+      throw errors.corrupt("the crc32 of the header length and the header is " + actual
+                           + ", but the header records " + in_quotes(recorded)
+                           + " (the header length or the header is corrupt)");
+    result.has_header_checksum = true;
+  }
 
   // nlohmann's parser takes a NUL byte for the end of the input; JSON allows
   // none, so the text after one would be ignored silently.
+  // A wrong header length shows as JSON cut short or run on: the message
+  // gives the length it read.
+  const auto not_json = "the header is not valid JSON (the header length gives it "
+                        + std::to_string(header_text.size()) + " bytes): ";
   if (auto nul = header_text.find('\0'); nul != std::string_view::npos)
-    throw errors.corrupt("the header is not valid JSON: it holds a NUL byte at offset "
-                         + std::to_string(nul));
+    throw errors.corrupt(not_json + "it holds a NUL byte at offset " + std::to_string(nul));
   json header;
   try {
     header = json::parse(header_text);
   } catch (const json::parse_error& e) {
-    throw errors.corrupt(std::string("the header is not valid JSON: ") + e.what());
+    throw errors.corrupt(not_json + e.what());
+  } catch (const std::bad_alloc&) {
+    throw errors.out_of_memory("the parsed header (" + std::to_string(result.length)
+                                 + " bytes of JSON)",
+                               result.length);
   }
   if (!header.is_object())
     throw errors.corrupt("the header is a JSON " + std::string(header.type_name())
                          + ", not an object");
 
-  safetensors_contents contents;
-  std::vector<header_entry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name == metadata_key)
-      contents.metadata = parse_metadata(value, errors);
+      result.metadata = parse_metadata(value, errors);
     else
-      entries.push_back(parse_entry(name, value, errors));
+      result.entries.push_back(parse_entry(name, value, errors));
   }
-  check_layout(entries, buffer.size(), errors);
+  // The raw text and the parsed header must agree on the checksum field.
+  auto recorded = result.metadata.find(std::string(header_crc32_metadata_key));
+  if (digits
+      && (recorded == result.metadata.end()
+          || recorded->second != header_text.substr(*digits, crc32_digits)))
+    throw errors.corrupt("the header's checksum field is not the one in \"__metadata__\"");
+  if (!digits && recorded != result.metadata.end())
+    throw errors.corrupt("\"__metadata__\" holds " + in_quotes(header_crc32_metadata_key)
+                         + " in a form lockstep does not write");
+  if (recorded != result.metadata.end())
+    result.metadata.erase(recorded);
+  take_checksums(result, errors);
+  check_layout(result.entries, file_size - result.buffer_offset(), errors);
+  return result;
+}
 
-  std::map<std::string, std::string_view> data;
-  for (const auto& entry : entries)
-    data.emplace(entry.name, buffer.substr(entry.begin, entry.end - entry.begin));
-  verify_checksums(contents.metadata, data, errors);
+safetensors_contents decode_safetensors(std::string_view bytes, const std::string& source,
+                                        const device_spec& device) {
+  decode_errors errors(source);
+  auto header = decode_safetensors_header(bytes, bytes.size(), source);
+  auto buffer = bytes.substr(header.buffer_offset());
 
-  for (auto& entry : entries) {
-    auto value = tensor::zeros(entry.type, std::move(entry.shape), device);
-    const auto& source_bytes = data.at(entry.name);
-    std::memcpy(value.raw_data(), source_bytes.data(), source_bytes.size());
+  safetensors_contents contents;
+  for (auto& entry : header.entries) {
+    const auto data = buffer.substr(entry.begin, entry.end - entry.begin);
+    check_tensor_checksum(header, entry.name, crc32_of(data), errors);
+  }
+  for (auto& entry : header.entries) {
+    tensor value;
+    try {
+      value = tensor::zeros(entry.type, entry.shape, device);
+    } catch (const std::bad_alloc&) {
+      throw errors.out_of_memory("tensor " + in_quotes(entry.name),
+                                 entry.end - entry.begin);
+    }
+    const auto data = buffer.substr(entry.begin, entry.end - entry.begin);
+    std::memcpy(value.raw_data(), data.data(), data.size());
     contents.tensors.emplace(std::move(entry.name), std::move(value));
   }
+  contents.metadata = std::move(header.metadata);
   return contents;
+}
+
+// -- files --------------------------------------------------------------------
+
+safetensors_file safetensors_file::open(const std::filesystem::path& path) {
+  auto file = regular_file::open(path);
+  const auto source = path.string();
+  decode_errors errors(source);
+  const auto size = file.size();
+  std::uint64_t needed = 8;
+  try {
+    std::string prefix(8, '\0');
+    prefix.resize(file.read_at(0, prefix.data(), prefix.size()));
+    const auto length = decode_header_length(prefix, size, source);
+    // length <= size - 8: the file holds the bytes about to be allocated.
+    needed = 8 + length;
+    prefix.resize(static_cast<std::size_t>(needed));
+    if (file.read_at(8, prefix.data() + 8, static_cast<std::size_t>(length)) != length)
+      throw errors.corrupt("the file shrank while its header was read (it had "
+                           + std::to_string(size) + " bytes)");
+    auto header = decode_safetensors_header(prefix, size, source);
+    return safetensors_file{std::move(file), std::move(header)};
+  } catch (const std::bad_alloc&) {
+    throw errors.out_of_memory("its header", needed);
+  }
+}
+
+std::map<std::string, tensor> safetensors_file::read_tensors(const device_spec& device) const {
+  const auto source = path().string();
+  decode_errors errors(source);
+  std::map<std::string, tensor> tensors;
+  for (const auto& entry : header_.entries) {
+    const auto bytes = entry.end - entry.begin;
+    tensor value;
+    try {
+      value = tensor::zeros(entry.type, entry.shape, device);
+    } catch (const std::bad_alloc&) {
+      throw errors.out_of_memory("tensor " + in_quotes(entry.name), bytes);
+    }
+    auto* data = static_cast<char*>(value.raw_data());
+    if (file_.read_at(header_.buffer_offset() + entry.begin, data, bytes) != bytes)
+      throw errors.corrupt(entry.name, "the file shrank while its data was read (it had "
+                                         + std::to_string(file_.size()) + " bytes)");
+    check_tensor_checksum(header_, entry.name,
+                          crc32_of(std::string_view(data, static_cast<std::size_t>(bytes))),
+                          errors);
+    try {
+      tensors.emplace(entry.name, std::move(value));
+    } catch (const std::bad_alloc&) {
+      throw errors.out_of_memory("the map of tensors", sizeof(value) + entry.name.size());
+    }
+  }
+  return tensors;
+}
+
+void safetensors_file::verify_tensors() const {
+  constexpr std::uint64_t chunk_bytes = 1 << 20;
+  const auto source = path().string();
+  decode_errors errors(source);
+  std::string chunk;
+  for (const auto& entry : header_.entries) {
+    if (!header_.checksums.contains(entry.name))
+      continue;
+    std::uint32_t crc = 0;
+    for (auto at = entry.begin; at < entry.end;) {
+      const auto count = std::min(chunk_bytes, entry.end - at);
+      if (chunk.size() < count) {
+        try {
+          chunk.resize(static_cast<std::size_t>(count));
+        } catch (const std::bad_alloc&) {
+          throw errors.out_of_memory("a buffer to check tensor " + in_quotes(entry.name), count);
+        }
+      }
+      if (file_.read_at(header_.buffer_offset() + at, chunk.data(), count) != count)
+        throw errors.corrupt(entry.name, "the file shrank while its data was read (it had "
+                                           + std::to_string(file_.size()) + " bytes)");
+      crc = crc32_of(std::string_view(chunk.data(), static_cast<std::size_t>(count)), crc);
+      at += count;
+    }
+    check_tensor_checksum(header_, entry.name, crc, errors);
+  }
 }
 
 safetensors_contents read_safetensors(const std::filesystem::path& path,
                                       const device_spec& device) {
-  return decode_safetensors(read_whole_file(path), path.string(), device);
+  auto file = safetensors_file::open(path);
+  return {file.read_tensors(device), file.header().metadata};
 }
 
 } // namespace lockstep::detail

@@ -20,11 +20,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -33,7 +36,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <spdlog/sinks/ostream_sink.h>
+
 #include "atomic_file.hpp"
+#include "log.hpp"
 #include "safetensors.hpp"
 #include "lockstep/context.hpp"
 #include "lockstep/error.hpp"
@@ -88,10 +94,19 @@ std::string little_endian_bytes(const std::vector<T>& values) {
   return out;
 }
 
-// `count` values cycling through special_values<T>() from `start`.
+// special_values<T>() less NaNs and infinities, which save refuses.
+template <class T>
+std::vector<T> finite_special_values() {
+  auto values = special_values<T>();
+  if constexpr (std::is_floating_point_v<T>)
+    std::erase_if(values, [](T x) { return !std::isfinite(x); });
+  return values;
+}
+
+// `count` values cycling through finite_special_values<T>() from `start`.
 template <class T>
 std::vector<T> cycled(std::size_t count, std::size_t start = 0) {
-  const auto special = special_values<T>();
+  const auto special = finite_special_values<T>();
   std::vector<T> out;
   for (std::size_t i = 0; i < count; ++i)
     out.push_back(special[(start + i) % special.size()]);
@@ -135,6 +150,43 @@ parsed_file parse_by_hand(const std::string& bytes) {
   return file;
 }
 
+// `bytes` with its header replaced by `edit`'s change of it, dumped again
+// (compact, padded to a multiple of 8); the data buffer is kept. The header
+// checksum stays as it was unless `edit` removes it.
+template <class F>
+std::string with_header_edited(const std::string& bytes, F&& edit) {
+  auto file = parse_by_hand(bytes);
+  edit(file.header);
+  auto text = file.header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return little_endian_u64(text.size()) + text + file.buffer;
+}
+
+// `bytes` (format 2) as lockstep wrote checkpoints before format 2:
+// format "lockstep-checkpoint-1", no header checksum.
+std::string as_format_1(const std::string& bytes) {
+  return with_header_edited(bytes, [](json& header) {
+    header["__metadata__"].erase("lockstep.header_crc32");
+    header["__metadata__"]["format"] = "lockstep-checkpoint-1";
+  });
+}
+
+// Collects what lockstep logs while it lives.
+class log_capture {
+public:
+  log_capture() { detail::logger().sinks().push_back(sink_); }
+  ~log_capture() { std::erase(detail::logger().sinks(), sink_); }
+  log_capture(const log_capture&) = delete;
+  log_capture& operator=(const log_capture&) = delete;
+
+  std::string text() const { return text_.str(); }
+
+private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_ =
+    std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+};
+
 // -- the file that the failure tests corrupt ------------------------------------
 
 // A checkpoint of a (f32 [3]), b (f64 [2, 2]) and c (i64 scalar) at step 7,
@@ -175,16 +227,16 @@ TEST_CASE_TEMPLATE("save and restore round-trip every value bit for bit", T, flo
                    std::int32_t, std::int64_t) {
   temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
-  const auto n = special_values<T>().size();
-  // The originals: a scalar, empty tensors, a vector of every special value
-  // and a rank-3 tensor.
+  const auto special = finite_special_values<T>();
+  // The originals: a scalar, empty tensors, a vector of every finite
+  // special value and a rank-3 tensor.
   const std::vector<tensor> saved{
-    tensor::scalar<T>(special_values<T>()[1]),
+    tensor::scalar<T>(special[1]),
     tensor::from<T>({}, {0}),
     tensor::from<T>({}, {2, 0, 3}),
-    tensor::from<T>(special_values<T>()),
+    tensor::from<T>(special),
     tensor::from<T>(cycled<T>(24, 3), {2, 3, 4}),
-    tensor::scalar<T>(special_values<T>()[n - 1]),
+    tensor::scalar<T>(special.back()),
   };
   const std::vector<std::string> names{"scalar", "empty", "empty/rank3", "special",
                                        "layer/kernel:0", "last scalar"};
@@ -205,7 +257,7 @@ TEST_CASE_TEMPLATE("save and restore round-trip every value bit for bit", T, flo
   REQUIRE(info.step.has_value());
   CHECK(*info.step == 42);
   CHECK(info.metadata.at("step") == "42");
-  CHECK(info.metadata.at("format") == "lockstep-checkpoint-1");
+  CHECK(info.metadata.at("format") == "lockstep-checkpoint-2");
   CHECK(info.metadata.at("strategy") == get_strategy().to_string());
   CHECK(info.metadata.at("replicas") == "1");
   // The checksums are the file's business, not the caller's.
@@ -241,8 +293,7 @@ TEST_CASE("the step comes back exactly, extremes included") {
   const auto path = dir.path() / "model.safetensors";
   variable w{tensor::scalar<float>(1), {.name = "w"}};
   for (std::int64_t step : {std::int64_t{0}, std::int64_t{9}, std::int64_t{10},
-                            std::numeric_limits<std::int64_t>::max(),
-                            std::numeric_limits<std::int64_t>::min()}) {
+                            std::numeric_limits<std::int64_t>::max()}) {
     CAPTURE(step);
     save(path, {w}, step);
     const auto info = read_checkpoint_info(path);
@@ -283,7 +334,7 @@ TEST_CASE("one_device_strategy variables round-trip and the metadata names the s
   CHECK(info.step == 3);
   CHECK(info.metadata.at("strategy") == s.to_string());
   CHECK(info.metadata.at("replicas") == "1");
-  CHECK(info.metadata.at("format") == "lockstep-checkpoint-1");
+  CHECK(info.metadata.at("format") == "lockstep-checkpoint-2");
 }
 
 TEST_CASE("save and restore inside a replica function are context errors") {
@@ -308,8 +359,8 @@ TEST_CASE("save and restore inside a replica function are context errors") {
 TEST_CASE("a checkpoint is a standard safetensors file") {
   temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "model.safetensors";
-  const std::vector<float> f32_values{1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
-                                      -std::numeric_limits<float>::infinity(), 3, 4};
+  const std::vector<float> f32_values{1.5f, -0.0f, std::numeric_limits<float>::denorm_min(),
+                                      std::numeric_limits<float>::lowest(), 3, 4};
   const std::vector<double> f64_values{0.1, -1e300};
   const std::vector<std::int32_t> i32_values{std::numeric_limits<std::int32_t>::min(), 7,
                                              std::numeric_limits<std::int32_t>::max()};
@@ -350,10 +401,14 @@ TEST_CASE("a checkpoint is a standard safetensors file") {
     CAPTURE(key);
     CHECK(value.is_string());
   }
-  CHECK(metadata["format"] == "lockstep-checkpoint-1");
+  CHECK(metadata["format"] == "lockstep-checkpoint-2");
   CHECK(metadata["step"] == "1234");
   CHECK(metadata["replicas"] == "1");
   CHECK(metadata["strategy"] == get_strategy().to_string());
+  // The header carries its own checksum, and each tensor one.
+  REQUIRE(metadata.contains("lockstep.header_crc32"));
+  CHECK(metadata["lockstep.header_crc32"].get<std::string>().size() == 8);
+  CHECK(metadata.size() == 4 + 1 + expected.size());
   for (const auto& [name, entry] : expected) {
     // Each tensor carries a checksum: 8 lowercase hex digits.
     const auto key = "lockstep.crc32." + name;
@@ -576,12 +631,12 @@ TEST_CASE("restore of a file with a corrupted header is a data_loss_error; nothi
   }
 }
 
-TEST_CASE("restore of a step that is not an integer is a data_loss_error; nothing changes") {
+TEST_CASE("restore of a step that is not a non-negative integer is a data_loss_error") {
   sample_checkpoint sample;
   const auto variables = sample.all();
   const auto before = values_of(variables);
   const auto path = sample.path.parent_path() / "bad_step.safetensors";
-  for (const std::string step : {"12abc", "", "1.5", "99999999999999999999"}) {
+  for (const std::string step : {"12abc", "", "1.5", "99999999999999999999", "-4", "-0x1"}) {
     CAPTURE(step);
     write_file(path, detail::encode_safetensors({{"a", tensor::from<float>({1, 2, 3})},
                                                  {"b", tensor::from<double>({4, 5, 6, 7}, {2, 2})},
@@ -633,7 +688,7 @@ TEST_CASE("a save killed at any stage leaves the previous checkpoint; the manage
   for (auto stage : {detail::atomic_write_stage::partial_write,
                      detail::atomic_write_stage::before_rename}) {
     CAPTURE(static_cast<int>(stage));
-    const auto status = run_in_child_killed_at(stage, [&] { save(path, {w2, v2}, 2); }).status;
+    const auto status = run_in_child_killed_at(stage, [&] { save(path, {w2, v2}, 1); }).status;
     REQUIRE(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGKILL);
     ++killed;
@@ -772,7 +827,7 @@ TEST_CASE("checkpoint_manager restore_latest restores the newest checkpoint") {
   REQUIRE(info.has_value());
   CHECK(info->step == 30);
   CHECK(info->metadata.at("step") == "30");
-  CHECK(info->metadata.at("format") == "lockstep-checkpoint-1");
+  CHECK(info->metadata.at("format") == "lockstep-checkpoint-2");
   CHECK(w2.value() == tensor::from<double>({30, -30}));
   CHECK(b2.value() == tensor::scalar<std::int64_t>(30000));
 }
@@ -853,4 +908,294 @@ TEST_CASE("checkpoint_manager leaves files that are not its checkpoints alone") 
     REQUIRE(fs::exists(dir.path() / name));
     CHECK(read_file(dir.path() / name) == "other: " + name);
   }
+}
+
+// -- corruption evidence ---------------------------------------------------------------
+
+TEST_CASE("a checkpoint with any byte changed is refused, naming the file and the part") {
+  temporary_directory dir{directory_prefix};
+  temporary_directory corrupt_dir{directory_prefix};
+  // Named by step, so the name check is part of what every read passes.
+  const auto original = dir.path() / "ckpt-7.safetensors";
+  const auto corrupt = corrupt_dir.path() / "ckpt-7.safetensors";
+  variable x{tensor::from<float>({1.5f, -2}), {.name = "x"}};
+  variable n{tensor::scalar<std::int64_t>(3), {.name = "n"}};
+  save(original, {x, n}, 7);
+  const auto bytes = read_file(original);
+  const auto file = parse_by_hand(bytes);
+  const auto data_start = 8 + file.header_length;
+  // What an error about the byte at `at` must name.
+  const auto part_of = [&](std::size_t at) -> std::string {
+    if (at < 8)
+      return "header length";
+    if (at < data_start)
+      return "header";
+    for (const std::string name : {"x", "n"}) {
+      const auto offsets = file.header[name]["data_offsets"].get<std::vector<std::uint64_t>>();
+      if (at - data_start >= offsets[0] && at - data_start < offsets[1])
+        return "tensor \"" + name + "\"";
+    }
+    FAIL("byte " << at << " belongs to no part");
+    return {};
+  };
+
+  variable tx{tensor::zeros(dtype::f32, {2}), {.name = "x"}};
+  variable tn{tensor::scalar<std::int64_t>(-1), {.name = "n"}};
+  const std::vector<variable> targets{tx, tn};
+  const auto before = values_of(targets);
+  // The unchanged copy reads: the refusals below are the changes' doing.
+  write_file(corrupt, bytes);
+  CHECK(read_checkpoint_info(corrupt).step == 7);
+
+  std::size_t refused = 0;
+  for (unsigned mask : {0x01u, 0x80u}) {
+    for (std::size_t at = 0; at < bytes.size(); ++at) {
+      CAPTURE(mask);
+      CAPTURE(at);
+      auto changed = bytes;
+      changed[at] = static_cast<char>(static_cast<unsigned char>(changed[at]) ^ mask);
+      write_file(corrupt, changed);
+      const auto part = part_of(at);
+      CAPTURE(part);
+      auto message = exact_error_of<data_loss_error>([&] { restore(corrupt, targets); });
+      CAPTURE(message);
+      CHECK(contains(message, corrupt.string()));
+      CHECK(contains(message, part));
+      message = exact_error_of<data_loss_error>([&] { read_checkpoint_info(corrupt); });
+      CHECK(contains(message, corrupt.string()));
+      CHECK(contains(message, part));
+      ++refused;
+    }
+  }
+  CHECK(refused == 2 * bytes.size());
+  check_unchanged(targets, before);
+}
+
+TEST_CASE("format 1 checkpoints are read with a warning that they lack the header checksum") {
+  temporary_directory dir{directory_prefix};
+  const auto path = dir.path() / "ckpt-4.safetensors";
+  variable w{tensor::from<double>({0.5, -8}), {.name = "w"}};
+  variable b{tensor::scalar<std::int32_t>(6), {.name = "b"}};
+  save(path, {w, b}, 4);
+  const auto format_2 = read_file(path);
+  write_file(path, as_format_1(format_2));
+
+  variable w2{tensor::zeros(dtype::f64, {2}), {.name = "w"}};
+  variable b2{tensor::scalar<std::int32_t>(0), {.name = "b"}};
+  {
+    log_capture log;
+    const auto info = restore(path, {w2, b2});
+    CHECK(info.step == 4);
+    CHECK(info.metadata.at("format") == "lockstep-checkpoint-1");
+    CHECK(w2.value() == tensor::from<double>({0.5, -8}));
+    CHECK(b2.value() == tensor::scalar<std::int32_t>(6));
+    CHECK(contains(log.text(), path.string()));
+    CHECK(contains(log.text(), "lockstep-checkpoint-1 checkpoint"));
+    CHECK(contains(log.text(), "header (the step, the checksums) has no checksum"));
+  }
+  {
+    log_capture log;
+    CHECK(read_checkpoint_info(path).step == 4);
+    CHECK(contains(log.text(), "has no checksum"));
+  }
+  // The checkpoints this lockstep writes do not warn.
+  write_file(path, format_2);
+  {
+    log_capture log;
+    restore(path, {w2, b2});
+    CHECK(log.text().empty());
+  }
+}
+
+TEST_CASE("a checkpoint missing a checksum, its format or its step is refused") {
+  temporary_directory dir{directory_prefix};
+  const auto path = dir.path() / "model.safetensors";
+  variable w{tensor::from<float>({1, 2}), {.name = "w"}};
+  save(path, {w}, 3);
+  const auto saved = read_file(path);
+  const auto corrupt = dir.path() / "edited.safetensors";
+  const auto drop = [](std::string key) {
+    return [key](json& header) { header["__metadata__"].erase(key); };
+  };
+  struct edit_case {
+    std::string what;
+    std::string bytes;
+    std::string message;
+  };
+  const std::vector<edit_case> cases{
+    {"format 2 without the header checksum",
+     with_header_edited(saved, drop("lockstep.header_crc32")),
+     ": the header has no checksum (\"lockstep.header_crc32\"), which lockstep-checkpoint-2 "
+     "requires"},
+    // A renamed tensor checksum no longer turns the check off (format 1 has
+    // no header checksum to catch the renaming).
+    {"format 1 with a tensor checksum renamed",
+     with_header_edited(as_format_1(saved),
+                        [](json& header) {
+                          auto& metadata = header["__metadata__"];
+                          metadata["lockstep.crc32.v"] = metadata["lockstep.crc32.w"];
+                          metadata.erase("lockstep.crc32.w");
+                        }),
+     ": \"__metadata__\" holds \"lockstep.crc32.v\", a checksum of a tensor the file does not "
+     "hold"},
+    {"format 1 without a tensor checksum",
+     with_header_edited(as_format_1(saved), drop("lockstep.crc32.w")),
+     ": tensor \"w\": the header records no checksum (\"lockstep.crc32.w\") for it, which "
+     "lockstep-checkpoint-1 requires"},
+    {"format 1 without a step", with_header_edited(as_format_1(saved), drop("step")),
+     ": the metadata has no step, which lockstep-checkpoint-1 requires"},
+    {"an unknown format",
+     with_header_edited(as_format_1(saved),
+                        [](json& header) {
+                          header["__metadata__"]["format"] = "lockstep-checkpoint-9";
+                        }),
+     ": the metadata's format \"lockstep-checkpoint-9\" is not one this lockstep reads "
+     "(lockstep-checkpoint-2, lockstep-checkpoint-1)"},
+  };
+  const auto before = values_of({w});
+  for (const auto& [what, bytes, message] : cases) {
+    CAPTURE(what);
+    write_file(corrupt, bytes);
+    CHECK(exact_error_of<data_loss_error>([&] { restore(corrupt, {w}); })
+          == corrupt.string() + message);
+    CHECK(exact_error_of<data_loss_error>([&] { read_checkpoint_info(corrupt); })
+          == corrupt.string() + message);
+  }
+  check_unchanged({w}, before);
+}
+
+TEST_CASE("save refuses NaN and infinities, naming the variable and the element") {
+  temporary_directory dir{directory_prefix};
+  const auto path = dir.path() / "model.safetensors";
+  variable fine{tensor::scalar<float>(1), {.name = "fine"}};
+  save(path, {fine}, 1);
+  const auto before = read_file(path);
+  const auto check_refused = [&](const variable& bad, const std::string& value) {
+    const auto message = exact_error_of<value_error>([&] { save(path, {fine, bad}, 2); });
+    CHECK(contains(message, "variable '" + bad.name() + "' holds " + value + " at element 2"));
+    CHECK(read_file(path) == before);
+    CHECK(temporaries_in(dir.path()).empty());
+  };
+  check_refused(variable{tensor::from<float>({1, 2, std::numeric_limits<float>::quiet_NaN()}),
+                         {.name = "f32 nan"}},
+                "nan");
+  check_refused(variable{tensor::from<float>({1, 2, std::numeric_limits<float>::infinity(), 3}),
+                         {.name = "f32 inf"}},
+                "inf");
+  check_refused(variable{tensor::from<double>({0, 0, -std::numeric_limits<double>::infinity()},
+                                              {3, 1}),
+                         {.name = "f64 -inf"}},
+                "-inf");
+  check_refused(variable{tensor::from<double>({0, 1, -std::numeric_limits<double>::quiet_NaN()}),
+                         {.name = "f64 -nan"}},
+                "-nan");
+  // Integers have no such values; the extremes save.
+  variable ints{tensor::from<std::int32_t>({std::numeric_limits<std::int32_t>::min(), 0}),
+                {.name = "ints"}};
+  CHECK_NOTHROW(save(path, {fine, ints}, 2));
+}
+
+TEST_CASE("save refuses a negative step and a step that contradicts a ckpt-<n> name") {
+  temporary_directory dir{directory_prefix};
+  variable w{tensor::scalar<float>(1), {.name = "w"}};
+  const auto path = dir.path() / "model.safetensors";
+  for (std::int64_t step : {std::int64_t{-1}, std::numeric_limits<std::int64_t>::min()}) {
+    CAPTURE(step);
+    CHECK(exact_error_of<value_error>([&] { save(path, {w}, step); })
+          == "save: the step must not be negative, got " + std::to_string(step));
+  }
+  const auto named = dir.path() / "ckpt-3.safetensors";
+  CHECK(exact_error_of<value_error>([&] { save(named, {w}, 4); })
+        == "save: \"" + named.string()
+             + "\" is named for step 3, not the step 4 being saved");
+  CHECK(fs::is_empty(dir.path()));
+  save(named, {w}, 3);
+  CHECK(read_checkpoint_info(named).step == 3);
+}
+
+TEST_CASE("a checkpoint whose step differs from its ckpt-<n> name is refused") {
+  temporary_directory dir{directory_prefix};
+  variable w{tensor::scalar<float>(1), {.name = "w"}};
+  const auto three = dir.path() / "ckpt-3.safetensors";
+  save(three, {w}, 3);
+  const auto four = dir.path() / "ckpt-04.safetensors";
+  fs::copy_file(three, four);
+  const auto expected =
+    four.string() + ": the metadata's step 3 differs from the step 4 in the file's name";
+  CHECK(exact_error_of<data_loss_error>([&] { restore(four, {w}); }) == expected);
+  CHECK(exact_error_of<data_loss_error>([&] { read_checkpoint_info(four); }) == expected);
+  // Under another name, the same bytes read.
+  const auto other = dir.path() / "copy.safetensors";
+  fs::copy_file(three, other);
+  CHECK(restore(other, {w}).step == 3);
+
+  checkpoint_manager manager{dir.path(), 5};
+  CHECK(manager.latest() == four);
+  CHECK(manager.newest_readable() == three);
+  const auto message = exact_error_of<data_loss_error>([&] { manager.restore_latest({w}); });
+  CHECK(contains(message, "the newest checkpoint \"" + four.string() + "\" is unreadable ("
+                            + expected + ")"));
+  CHECK(contains(message, "the newest readable checkpoint is \"" + three.string() + "\""));
+}
+
+TEST_CASE("restore_latest names the newest readable checkpoint when the newest is unreadable") {
+  temporary_directory dir{directory_prefix};
+  checkpoint_manager manager{dir.path(), 5};
+  variable w{tensor::from<float>({0, 0}), {.name = "w"}};
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    w.assign(tensor::from<float>({static_cast<float>(step), 0}));
+    manager.save({w}, step);
+  }
+  const auto paths = manager.checkpoints();
+  REQUIRE(paths.size() == 3);
+  CHECK(manager.newest_readable() == paths[2]);
+
+  variable target{tensor::from<float>({-1, -1}), {.name = "w"}};
+  // The newest with its last data byte changed.
+  auto newest = read_file(paths[2]);
+  newest.back() = static_cast<char>(newest.back() ^ 0x40);
+  write_file(paths[2], newest);
+  auto message = exact_error_of<data_loss_error>([&] { manager.restore_latest({target}); });
+  CHECK(message == "checkpoint_manager: the newest checkpoint \"" + paths[2].string()
+                     + "\" is unreadable (" + paths[2].string()
+                     + ": tensor \"w\": the crc32 of its data is "
+                     + message.substr(message.find("crc32 of its data is ") + 21, 8)
+                     + ", but the file records \""
+                     + message.substr(message.find("the file records \"") + 18, 8)
+                     + "\"); the newest readable checkpoint is \"" + paths[1].string()
+                     + "\"; restore it explicitly to resume from there, or remove the "
+                       "unreadable one");
+  CHECK(target.value() == tensor::from<float>({-1, -1}));
+  CHECK(manager.latest() == paths[2]);
+  CHECK(manager.newest_readable() == paths[1]);
+  // That one restores when asked for.
+  CHECK(restore(paths[1], {target}).step == 2);
+  CHECK(target.value() == tensor::from<float>({2, 0}));
+
+  // An empty file and a truncated one before it: the oldest is named.
+  write_file(paths[1], read_file(paths[1]).substr(0, 20));
+  write_file(paths[2], "");
+  message = exact_error_of<data_loss_error>([&] { manager.restore_latest({target}); });
+  CHECK(contains(message, "fewer than the 8 of the header length (truncated)"));
+  CHECK(contains(message, "the newest readable checkpoint is \"" + paths[0].string() + "\""));
+  CHECK(manager.newest_readable() == paths[0]);
+
+  // None readable.
+  write_file(paths[0], "x");
+  message = exact_error_of<data_loss_error>([&] { manager.restore_latest({target}); });
+  CHECK(contains(message, "; no checkpoint in \"" + dir.path().string() + "\" is readable"));
+  CHECK_FALSE(manager.newest_readable().has_value());
+  CHECK(target.value() == tensor::from<float>({2, 0}));
+}
+
+TEST_CASE("restore_latest passes a mismatch with the variables through unchanged") {
+  temporary_directory dir{directory_prefix};
+  checkpoint_manager manager{dir.path(), 2};
+  variable w{tensor::from<float>({1, 2}), {.name = "w"}};
+  manager.save({w}, 1);
+  variable other{tensor::scalar<float>(0), {.name = "other"}};
+  CHECK(contains(exact_error_of<value_error>([&] { manager.restore_latest({other}); }),
+                 "no tensor for variable 'other'"));
+  variable wrong_shape{tensor::zeros(dtype::f32, {3}), {.name = "w"}};
+  CHECK_THROWS_AS(manager.restore_latest({wrong_shape}), shape_error);
 }

@@ -139,12 +139,35 @@ struct child_outcome {
   int status; // as waitpid reports it
 };
 
+/// Waits for the child process `child` and returns its status as waitpid
+/// reports it. Fails the test if waitpid fails or the child has not ended
+/// within 30 s (it is killed and reaped first).
+inline int wait_for_child(pid_t child) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::seconds(30);
+  int status = 0;
+  for (;;) {
+    pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child)
+      return status;
+    if (done == -1 && errno != EINTR) {
+      std::string reason = std::strerror(errno);
+      FAIL("waitpid failed: " << reason);
+    }
+    if (clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      FAIL("the child process did not end within 30 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 /// Runs `action` in a forked child whose write seam raises SIGKILL when
-/// write_file_atomically reaches `stage`, and waits for the child. The child
-/// never returns into doctest: it dies by the seam, or exits with 2 if
-/// `action` throws and with 3 if it returns (the seam never fired). Fails the
-/// test if waitpid fails or the child has not ended within 30 s (it is
-/// killed and reaped first).
+/// write_file_atomically reaches `stage`, and waits for the child
+/// (`wait_for_child`). The child never returns into doctest: it dies by the
+/// seam, or exits with 2 if `action` throws and with 3 if it returns (the
+/// seam never fired).
 template <class F>
 child_outcome run_in_child_killed_at(lockstep::detail::atomic_write_stage stage, F&& action) {
   pid_t child = ::fork();
@@ -161,22 +184,5 @@ child_outcome run_in_child_killed_at(lockstep::detail::atomic_write_stage stage,
     }
     ::_exit(3);
   }
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::seconds(30);
-  int status = 0;
-  for (;;) {
-    pid_t done = ::waitpid(child, &status, WNOHANG);
-    if (done == child)
-      return {child, status};
-    if (done == -1 && errno != EINTR) {
-      std::string reason = std::strerror(errno);
-      FAIL("waitpid failed: " << reason);
-    }
-    if (clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      ::waitpid(child, &status, 0);
-      FAIL("the child process did not end within 30 s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  return {child, wait_for_child(child)};
 }

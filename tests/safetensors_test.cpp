@@ -108,12 +108,17 @@ TEST_CASE("decoded tensors default to the current device") {
 }
 
 TEST_CASE("a file without tensors or metadata") {
-  // "{}" padded to 8 bytes.
+  // Only the header's checksum, 0xdc9f1c2f: zlib's crc32 of the 8 length
+  // bytes and this header with its digits written as 00000000 (computed
+  // independently with Python's zlib.crc32); padded to 56 bytes.
   auto file = encode_safetensors({}, {});
-  CHECK(file == bytes_of({8, 0, 0, 0, 0, 0, 0, 0}) + "{}      ");
+  CHECK(file == bytes_of({56, 0, 0, 0, 0, 0, 0, 0})
+                  + R"({"__metadata__":{"lockstep.header_crc32":"dc9f1c2f"}})" + "   ");
   auto contents = decode_safetensors(file, "empty.safetensors");
   CHECK(contents.tensors.empty());
   CHECK(contents.metadata.empty());
+  // A header without a checksum (another tool's) decodes too.
+  CHECK(decode_safetensors(file_with("{}"), "empty.safetensors").tensors.empty());
 }
 
 // -- the format, pinned -------------------------------------------------------
@@ -122,15 +127,18 @@ TEST_CASE("the encoder writes exactly the bytes the format specifies") {
   // Given out of name order: the buffer holds them in name order all the same.
   std::vector<named_tensor> tensors{{"b", tensor::scalar<std::int64_t>(7)},
                                     {"a", tensor::from<float>({1, 2})}};
-  // The checksums are zlib's crc32 of the data bytes below: a's 8 bytes give
-  // 2e3fa576, b's 8 bytes 6fe7d670.
+  // The checksums are zlib's crc32 (computed independently with Python's
+  // zlib.crc32): a's 8 data bytes give 2e3fa576, b's 8 bytes 6fe7d670, and
+  // the 8 length bytes with the padded header, its own digits written as
+  // 00000000, give 7e11bfd8.
   const std::string header =
-    R"({"__metadata__":{"lockstep.crc32.a":"2e3fa576","lockstep.crc32.b":"6fe7d670","step":"3"},)"
+    R"({"__metadata__":{"lockstep.crc32.a":"2e3fa576","lockstep.crc32.b":"6fe7d670",)"
+    R"("lockstep.header_crc32":"7e11bfd8","step":"3"},)"
     R"("a":{"data_offsets":[0,8],"dtype":"F32","shape":[2]},)"
     R"("b":{"data_offsets":[8,16],"dtype":"I64","shape":[]}})";
-  REQUIRE(header.size() == 195);
-  // 8 + 195 rounds up to 208: five spaces pad the header to N = 200 = 0xc8.
-  const std::string expected = bytes_of({0xc8, 0, 0, 0, 0, 0, 0, 0}) + header + "     "
+  REQUIRE(header.size() == 230);
+  // 8 + 230 rounds up to 240: two spaces pad the header to N = 232 = 0xe8.
+  const std::string expected = bytes_of({0xe8, 0, 0, 0, 0, 0, 0, 0}) + header + "  "
                                + bytes_of({0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40})
                                + bytes_of({0x07, 0, 0, 0, 0, 0, 0, 0});
   CHECK(encode_safetensors(tensors, {{"step", "3"}}) == expected);
@@ -170,6 +178,9 @@ TEST_CASE("the encoder rejects names and metadata it cannot write") {
   CHECK(error_of<value_error>([&] { encode_safetensors({}, {{"lockstep.crc32.w", "0"}}); })
         == "encode_safetensors: metadata key \"lockstep.crc32.w\" starts with "
            "\"lockstep.crc32.\", which is reserved for checksums");
+  CHECK(error_of<value_error>([&] { encode_safetensors({}, {{"lockstep.header_crc32", "0"}}); })
+        == "encode_safetensors: metadata key \"lockstep.header_crc32\" is reserved for the "
+           "header's checksum");
   CHECK(contains(error_of<value_error>([&] { encode_safetensors({{"bad\xff", x}}, {}); }),
                  "must be valid UTF-8"));
   CHECK_THROWS_AS(encode_safetensors({}, {{"key", "bad\xc3"}}), value_error);
@@ -194,10 +205,12 @@ TEST_CASE("files too short for their header") {
 
 TEST_CASE("headers that are not a JSON object") {
   auto not_json = corruption_of(file_with("{\"a\": "));
-  CHECK(contains(not_json, "test.safetensors: the header is not valid JSON: "));
+  CHECK(contains(not_json, "test.safetensors: the header is not valid JSON (the header length "
+                           "gives it 6 bytes): "));
   CHECK(contains(not_json, "parse error"));
   CHECK(corruption_of(file_with(std::string("{}\0\0", 4)))
-        == "test.safetensors: the header is not valid JSON: it holds a NUL byte at offset 2");
+        == "test.safetensors: the header is not valid JSON (the header length gives it 4 bytes): "
+           "it holds a NUL byte at offset 2");
   CHECK(contains(corruption_of(file_with(std::string("{\"a\": \"\0\"}", 10))), "NUL byte"));
   CHECK(contains(corruption_of(file_with("{\"a\": \"\xff\"}")), "not valid JSON"));
   CHECK(corruption_of(file_with("[1, 2]"))
@@ -381,16 +394,84 @@ TEST_CASE("read_safetensors reads a file, or throws io_error naming it") {
   auto contents = read_safetensors(path, cpu_device(1));
   CHECK(contents.tensors.at("step") == tensor::scalar<std::int64_t>(10));
   CHECK(contents.tensors.at("w").device() == cpu_device(1));
+  CHECK(contents.metadata == std::map<std::string, std::string>{{"format", "lockstep"}});
 
   auto missing = dir.path() / "missing.safetensors";
-  CHECK(error_of<io_error>([&] { read_safetensors(missing); })
-        == "open failed on \"" + missing.string() + "\": No such file or directory");
-  CHECK(contains(error_of<io_error>([&] { read_safetensors(dir.path()); }),
-                 "read failed on \"" + dir.path().string() + "\": Is a directory"));
+  auto message = error_of<io_error>([&] { read_safetensors(missing); });
+  CHECK(contains(message, "\"" + missing.string() + "\""));
+  CHECK(contains(message, "No such file or directory"));
+  CHECK(error_of<io_error>([&] { read_safetensors(dir.path()); })
+        == "\"" + dir.path().string() + "\" is a directory, not a regular file; lockstep reads "
+                                        "data and checkpoints only from regular files");
 
   write_file(path, "not a safetensors file");
   CHECK(contains(error_of<data_loss_error>([&] { read_safetensors(path); }),
                  path.string() + ": the header length "));
+}
+
+TEST_CASE("a file is refused by its size before any tensor byte is read") {
+  temporary_directory dir{directory_prefix};
+  auto path = dir.path() / "model.safetensors";
+  const auto whole = sample_file(1, 10);
+  write_file(path, whole);
+  const auto header = safetensors_file::open(path).header();
+  CHECK(header.file_size() == whole.size());
+  CHECK(header.has_header_checksum);
+  CHECK(header.checksums.size() == 2);
+  CHECK(header.metadata == std::map<std::string, std::string>{{"format", "lockstep"}});
+
+  // One byte short or one byte more: refused by open, which reads only the
+  // header, naming the file and the tensor or the extra bytes.
+  write_file(path, whole.substr(0, whole.size() - 1));
+  CHECK(error_of<data_loss_error>([&] { safetensors_file::open(path); })
+        == path.string() + ": tensor \"w\": its data ends at byte 20 of the data buffer, which "
+                           "has only 19 bytes (truncated)");
+  write_file(path, whole + "x");
+  CHECK(error_of<data_loss_error>([&] { safetensors_file::open(path); })
+        == path.string() + ": the data buffer has 1 bytes after the last tensor's data");
+}
+
+TEST_CASE("the header checksum covers the header length and every header byte") {
+  const auto file = sample_file(1, 10);
+  const auto header_length = decode_header_length(file, file.size(), "test.safetensors");
+  const auto header = decode_safetensors_header(file, file.size(), "test.safetensors");
+  REQUIRE(header.has_header_checksum);
+  // Any change of a header byte that leaves valid JSON is a checksum
+  // mismatch: here the metadata key "format", and its value.
+  for (const std::string_view from : {"\"format\"", "\"lockstep\""}) {
+    CAPTURE(from);
+    auto changed = file;
+    const auto at = changed.find(from);
+    REQUIRE(at != std::string::npos);
+    REQUIRE(at < 8 + header_length);
+    changed[at + 1] = static_cast<char>(changed[at + 1] ^ 0x01);
+    CHECK(contains(corruption_of(changed), "test.safetensors: the crc32 of the header length and "
+                                           "the header is "));
+  }
+  // The checksum's own digits.
+  auto changed = file;
+  const auto digits = changed.find("\"lockstep.header_crc32\":\"") + 25;
+  changed[digits] = changed[digits] == '0' ? '1' : '0';
+  CHECK(contains(corruption_of(changed), ", but the header records \""));
+  // Text like the field inside a JSON string is escaped, so it is not the
+  // field: the one field is found, and its digits do not match.
+  auto message = corruption_of(file_with(
+    R"({"__metadata__":{"lockstep.header_crc32":"00000000","x":"\"lockstep.header_crc32\":\""}})"));
+  CHECK(contains(message, "test.safetensors: the crc32 of the header length and the header is "));
+  CHECK(contains(message, ", but the header records \"00000000\" (the header length or the "
+                          "header is corrupt)"));
+  // The field twice, or cut short.
+  CHECK(corruption_of(file_with(R"({"a":1,"lockstep.header_crc32":"1"})"))
+        == "test.safetensors: the header's checksum field \"lockstep.header_crc32\" does not "
+           "hold 8 characters before the header ends (after the 35 bytes the header length "
+           "gives)");
+  CHECK(corruption_of(file_with(R"({"__metadata__":{"lockstep.header_crc32":"00000000"},)"
+                                R"("w":{"lockstep.header_crc32":"00000000"}})"))
+        == "test.safetensors: the header holds its checksum field \"lockstep.header_crc32\" twice");
+  // Written by hand with a space, the field is not lockstep's.
+  CHECK(corruption_of(file_with(R"({"__metadata__":{"lockstep.header_crc32": "00000000"}})"))
+        == "test.safetensors: \"__metadata__\" holds \"lockstep.header_crc32\" in a form "
+           "lockstep does not write");
 }
 
 TEST_CASE("is_atomic_write_temporary recognises the temporaries' names") {
