@@ -15,6 +15,14 @@
 #include <cstdlib>
 #include <new>
 
+// This operator delete frees with std::free what this operator new took
+// with malloc; GCC, seeing a pointer from operator new reach free, reports
+// a mismatch that is not one here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
 namespace allocation_counter {
 
 inline std::atomic<std::size_t> current{0};
@@ -108,3 +116,7 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
   allocation_counter::release(p);
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
