@@ -1,8 +1,10 @@
 #include "error_text.hpp"
 
+#include "lockstep/text.hpp"
+
 #include <cstdint>
 
-namespace lockstep::detail {
+namespace lockstep {
 
 namespace {
 
@@ -60,6 +62,8 @@ std::string escape_invalid_utf8(std::string_view text) {
   return out;
 }
 
+namespace detail {
+
 std::string joined_list(const std::vector<std::string>& items, std::size_t shown) {
   std::string out;
   const auto listed = items.size() <= shown + 1 ? items.size() : shown; // never "and 1 more"
@@ -70,4 +74,6 @@ std::string joined_list(const std::vector<std::string>& items, std::size_t shown
   return out;
 }
 
-} // namespace lockstep::detail
+} // namespace detail
+
+} // namespace lockstep

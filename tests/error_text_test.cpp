@@ -6,6 +6,7 @@
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/tensor.hpp"
+#include "lockstep/text.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,7 +14,6 @@
 #include <vector>
 
 using namespace lockstep;
-using detail::escape_invalid_utf8;
 using detail::joined_list;
 
 TEST_CASE("valid UTF-8 comes back unchanged") {
