@@ -41,13 +41,15 @@ std::size_t threads_of_this_process() {
 /// would terminate), so the headroom is tried first: `needed` threads that
 /// wait until all exist. They are joined and, before returning, reaped by
 /// the kernel, so that the threads they stood in for fit under the same
-/// limit (ulimit -u, a cgroup's pids.max).
+/// limit (ulimit -u, a cgroup's pids.max). A best effort, not a guarantee:
+/// another process of the same user can take the room in between.
 void check_thread_headroom(std::size_t needed) {
   const auto before = threads_of_this_process();
   std::mutex mutex;
   std::condition_variable released;
   bool release = false;
   std::vector<std::thread> probes;
+  probes.reserve(needed); // nothing but a thread start can fail below
   std::string failure;
   for (std::size_t i = 0; i < needed && failure.empty(); ++i) {
     try {
@@ -55,7 +57,7 @@ void check_thread_headroom(std::size_t needed) {
         std::unique_lock<std::mutex> lock{mutex};
         released.wait(lock, [&] { return release; });
       });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) { // std::system_error, or std::bad_alloc
       failure = e.what();
     }
   }

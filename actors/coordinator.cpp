@@ -102,11 +102,13 @@ coordinator::coordinator(detail::strategy_state& state)
     system_->next_actor_id(), system_->node(), system_.get(), cfg, spin);
   self_ = static_cast<caf::blocking_actor*>(caf::actor_cast<caf::abstract_actor*>(mailbox_));
   auto me = caf::actor_cast<caf::actor>(mailbox_);
+  replicas_.reserve(state.devices.size()); // a started replica is never out of the list
   for (std::size_t r = 0; r < state.devices.size(); ++r) {
     try {
       replicas_.push_back(spawn_replica(me, r, spin));
     } catch (const std::exception& e) {
-      fail_start(r, e.what());
+      record_start_failure(r, e.what());
+      return;
     }
   }
 }
@@ -115,30 +117,37 @@ caf::actor coordinator::spawn_replica(const caf::actor& me, std::size_t r,
                                       std::chrono::microseconds spin) {
   if (const auto& hook = replica_start_hook())
     hook(r);
+  // What actor_system::spawn does, in two steps, so that a failed launch
+  // can be told from a failed construction.
+  caf::actor_config cfg{system_->dummy_execution_unit()};
+  cfg.flags |= caf::abstract_actor::is_detached_flag;
+  auto replica = caf::make_actor<replica_actor, caf::actor>(
+    system_->next_actor_id(), system_->node(), system_.get(), cfg, me, std::ref(state_), r, spin);
   try {
-    return system_->spawn<replica_actor>(me, std::ref(state_), r, spin);
-  } catch (const std::system_error&) {
-    // std::thread failed inside CAF's blocking_actor::launch, which had
-    // already counted the thread as detached: without undoing that, the
-    // actor system would wait for it forever when it shuts down. (The
-    // actor's registration is undone by its own cleanup when its last
-    // handle goes.)
+    static_cast<replica_actor*>(caf::actor_cast<caf::abstract_actor*>(replica))
+      ->launch(cfg.host, false, false);
+  } catch (...) {
+    // std::thread failed (std::system_error, or std::bad_alloc for its
+    // state) inside CAF's blocking_actor::launch, which had already counted
+    // the thread as detached: without undoing that, the actor system would
+    // wait for it forever when it shuts down. (The actor's registration is
+    // undone by its own cleanup when its last handle goes.)
     system_->dec_detached_threads();
     throw;
   }
+  return replica;
 }
 
-void coordinator::fail_start(std::size_t replica, const std::string& reason) {
+void coordinator::record_start_failure(std::size_t replica, const std::string& reason) {
   const auto started = replicas_.size();
   const bool stopped = stop();
-  self_->cleanup(caf::exit_reason::normal, &context_);
-  throw resource_error(
-    state_.name() + ": could not start the thread of "
-    + detail::describe_replica(state_, replica) + ", the " + ordinal(replica + 1) + " of "
-    + std::to_string(state_.devices.size()) + " replicas: " + reason + "; the "
-    + std::to_string(started) + " replicas that had started "
-    + (stopped ? "were stopped" : "did not all stop in time")
-    + " (a limit on threads, such as ulimit -u or a container's pids limit, or memory?)");
+  start_failure_ = state_.name() + ": could not start the thread of "
+                   + detail::describe_replica(state_, replica) + ", the " + ordinal(replica + 1)
+                   + " of " + std::to_string(state_.devices.size()) + " replicas: " + reason
+                   + "; the " + std::to_string(started) + " replicas that had started "
+                   + (stopped ? "were stopped" : "did not all stop in time")
+                   + " (a limit on threads, such as ulimit -u or a container's pids limit, "
+                     "or memory?)";
 }
 
 coordinator::~coordinator() {

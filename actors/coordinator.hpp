@@ -30,8 +30,16 @@ namespace lockstep::actors {
 
 class coordinator final : public detail::replica_executor {
 public:
-  /// Spawns one replica actor per device of `state`.
+  /// Spawns one replica actor per device of `state`. When one cannot start
+  /// (no thread or no memory), it stops those that did and records the
+  /// failure in `start_failure()`, which the owner must raise once it owns
+  /// the coordinator: replicas that did not stop in time still use `state`,
+  /// which the owner then keeps alive (strategy_state's deleter).
   explicit coordinator(detail::strategy_state& state);
+
+  /// Why not every replica could start (which one, the reason, how many
+  /// had started); empty when all did.
+  const std::string& start_failure() const noexcept { return start_failure_; }
 
   /// Stops the replicas if `stop` did not run yet.
   ~coordinator() override;
@@ -52,9 +60,9 @@ private:
   using time_point = std::chrono::steady_clock::time_point;
 
   caf::actor spawn_replica(const caf::actor& me, std::size_t r, std::chrono::microseconds spin);
-  /// Stops the replicas started so far and throws resource_error naming
+  /// Stops the replicas started so far and sets start_failure_, naming
   /// `replica`, `reason` and how many had started.
-  [[noreturn]] void fail_start(std::size_t replica, const std::string& reason);
+  void record_start_failure(std::size_t replica, const std::string& reason);
 
   /// Replicas the call still waits for (running, not busy).
   std::size_t awaited(const call& c) const;
@@ -85,6 +93,7 @@ private:
   caf::blocking_actor* self_;
   std::vector<caf::actor> replicas_;
   bool stopped_ = false;
+  std::string start_failure_;
   /// Per replica: the top-level call it is still running after that call
   /// timed out (0: idle). Busy replicas make later calls fail fast.
   std::vector<std::uint64_t> busy_;

@@ -111,7 +111,11 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
     state->replica_collectives = std::make_shared<detail::collective_group>(
       state->devices.size(), state->name(), "replica");
   }
-  state->executor = std::make_unique<actors::coordinator>(*state);
+  auto coordinator = std::make_unique<actors::coordinator>(*state);
+  const auto failure = coordinator->start_failure();
+  state->executor = std::move(coordinator); // stopped (or kept) with the state
+  if (!failure.empty())
+    throw resource_error(failure);
   return state;
 }
 

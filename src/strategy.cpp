@@ -19,7 +19,6 @@
 #include <mutex>
 #include <thread>
 #include <optional>
-#include <system_error>
 
 #include <sstream>
 
@@ -73,13 +72,12 @@ actors::device_executor& strategy_state::device_executor(std::size_t device) {
     for (const auto& d : devices) {
       try {
         device_executors_.push_back(actors::device_executor::of(d, spin));
-      } catch (const std::system_error& e) {
+      } catch (const std::exception& e) { // std::system_error, or std::bad_alloc
         const auto started = device_executors_.size();
-        device_executors_.clear(); // joins the threads started here
+        device_executors_.clear(); // lets go of those started here
         throw resource_error(name() + ": could not start the executor thread of "
                              + d.to_string() + " (" + std::to_string(started) + " of "
-                             + std::to_string(devices.size()) + " had started and were stopped): "
-                             + e.what());
+                             + std::to_string(devices.size()) + " had started): " + e.what());
       }
     }
   }

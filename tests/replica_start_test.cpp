@@ -51,8 +51,10 @@ struct child_result {
   std::string output;
 };
 
-/// Runs `argv` with stdout and stderr to a file; kills it after `limit`.
-child_result run_child(const std::vector<std::string>& argv, std::chrono::seconds limit) {
+/// Runs `argv` with this process's environment plus `extra_env`, stdout
+/// and stderr to a file; kills it after `limit`.
+child_result run_child(const std::vector<std::string>& argv,
+                       const std::vector<std::string>& extra_env, std::chrono::seconds limit) {
   char output_name[] = "/tmp/lockstep_replica_start.XXXXXX";
   const int output = ::mkstemp(output_name);
   REQUIRE(output != -1);
@@ -64,8 +66,14 @@ child_result run_child(const std::vector<std::string>& argv, std::chrono::second
   for (const auto& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> env;
+  for (const auto& e : extra_env)
+    env.push_back(const_cast<char*>(e.c_str()));
+  for (char** e = environ; *e != nullptr; ++e)
+    env.push_back(*e); // later duplicates lose: getenv takes the first
+  env.push_back(nullptr);
   pid_t pid = -1;
-  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(output);
   REQUIRE_MESSAGE(spawned == 0, "cannot run " << argv[0]);
@@ -103,11 +111,10 @@ std::string unused_uid(int test_case) {
 /// with a scheduler of two threads whatever the machine's cores.
 child_result run_limited(int test_case, int nproc, int replicas) {
   const auto uid = unused_uid(test_case);
-  ::setenv("LOCKSTEP_SCHEDULER_THREADS", "2", 1);
   return run_child({"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups", "prlimit",
                     "--nproc=" + std::to_string(nproc), "--", child_path(),
                     std::to_string(replicas)},
-                   60s);
+                   {"LOCKSTEP_SCHEDULER_THREADS=2"}, 60s);
 }
 
 bool can_run_as_other_users() {
