@@ -2,6 +2,7 @@
 
 #include "lockstep/text.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace lockstep {
@@ -64,13 +65,15 @@ std::string escape_invalid_utf8(std::string_view text) {
 
 namespace detail {
 
-std::string joined_list(const std::vector<std::string>& items, std::size_t shown) {
+std::string joined_list(const std::vector<std::string>& items, std::size_t shown,
+                        std::size_t total) {
+  total = std::max(total, items.size());
   std::string out;
-  const auto listed = items.size() <= shown + 1 ? items.size() : shown; // never "and 1 more"
-  for (std::size_t i = 0; i < listed; ++i)
+  const auto listed = total <= shown + 1 ? total : shown; // never "and 1 more"
+  for (std::size_t i = 0; i < listed && i < items.size(); ++i)
     out += (i > 0 ? ", " : "") + items[i];
-  if (listed < items.size())
-    out += ", ... and " + std::to_string(items.size() - listed) + " more";
+  if (listed < total)
+    out += ", ... and " + std::to_string(total - listed) + " more";
   return out;
 }
 

@@ -15,8 +15,9 @@ namespace lockstep::detail {
 inline constexpr std::size_t items_in_errors = 8;
 
 /// The first `shown` of `items` joined by ", ", then ", ... and N more" when
-/// some were left out.
+/// some of the `total` were left out. `total` (at least `items.size()`) lets
+/// a caller with a long list make strings of its first `shown + 1` only.
 std::string joined_list(const std::vector<std::string>& items,
-                        std::size_t shown = items_in_errors);
+                        std::size_t shown = items_in_errors, std::size_t total = 0);
 
 } // namespace lockstep::detail

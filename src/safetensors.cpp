@@ -2,6 +2,8 @@
 
 #include "lockstep/error.hpp"
 
+#include "error_text.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -121,6 +123,27 @@ const json& member(const json& value, const char* key, std::string_view name,
   return *found;
 }
 
+/// `text`, or its first `max_bytes` and how long it was.
+std::string cut_text(std::string text, std::size_t max_bytes) {
+  if (text.size() > max_bytes)
+    text = text.substr(0, max_bytes) + "... (" + std::to_string(text.size()) + " bytes)";
+  return text;
+}
+
+/// `value` as compact JSON for an error message, cut as lists in lockstep's
+/// errors are: a hostile header's array of millions of items shows its
+/// first few, and a text of megabytes its first bytes.
+std::string json_excerpt(const json& value) {
+  constexpr std::size_t max_bytes = 64;
+  if (value.is_array() && value.size() > items_in_errors + 1) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < items_in_errors; ++i)
+      out += json_excerpt(value[i]) + ",";
+    return out + "... and " + std::to_string(value.size() - items_in_errors) + " more]";
+  }
+  return cut_text(value.dump(), max_bytes);
+}
+
 shape_t parse_shape(const json& value, std::string_view name, const decode_errors& errors) {
   if (!value.is_array())
     throw errors.corrupt(name, "\"shape\" is a JSON " + std::string(value.type_name())
@@ -128,13 +151,13 @@ shape_t parse_shape(const json& value, std::string_view name, const decode_error
   shape_t shape;
   for (const auto& dim : value) {
     if (dim.is_number_integer() && !dim.is_number_unsigned())
-      throw errors.corrupt(name, "shape " + value.dump() + " has a negative dimension");
+      throw errors.corrupt(name, "shape " + json_excerpt(value) + " has a negative dimension");
     if (!dim.is_number_unsigned())
-      throw errors.corrupt(name, "shape " + value.dump()
+      throw errors.corrupt(name, "shape " + json_excerpt(value)
                                      + " has a dimension that is not an integer");
     auto size = dim.get<std::uint64_t>();
     if (size > static_cast<std::uint64_t>(max_elements))
-      throw errors.corrupt(name, "shape " + value.dump() + " has too many elements");
+      throw errors.corrupt(name, "shape " + json_excerpt(value) + " has too many elements");
     shape.push_back(static_cast<std::int64_t>(size));
   }
   return shape;
@@ -166,7 +189,7 @@ header_entry parse_entry(const std::string& name, const json& value, const decod
   auto type_name = type.get<std::string>();
   auto found_type = dtype_of_safetensors_name(type_name);
   if (!found_type)
-    throw errors.unsupported(name, "dtype " + type_name
+    throw errors.unsupported(name, "dtype " + cut_text(type_name, 64)
                                        + " is not supported; lockstep reads F32, F64, I32, I64");
   entry.type = *found_type;
 
@@ -178,7 +201,7 @@ header_entry parse_entry(const std::string& name, const json& value, const decod
                      && offsets[1].is_number_unsigned()
                      && offsets[0].get<std::uint64_t>() <= offsets[1].get<std::uint64_t>();
   if (!well_formed)
-    throw errors.corrupt(name, "data_offsets " + offsets.dump()
+    throw errors.corrupt(name, "data_offsets " + json_excerpt(offsets)
                                    + " is not [begin, end] with integers 0 <= begin <= end");
   entry.begin = offsets[0].get<std::uint64_t>();
   entry.end = offsets[1].get<std::uint64_t>();
@@ -186,7 +209,7 @@ header_entry parse_entry(const std::string& name, const json& value, const decod
   // elements <= max_elements, so the byte count fits.
   auto needed = static_cast<std::uint64_t>(elements) * size_of(entry.type);
   if (entry.end - entry.begin != needed)
-    throw errors.corrupt(name, "data_offsets " + offsets.dump() + " span "
+    throw errors.corrupt(name, "data_offsets " + json_excerpt(offsets) + " span "
                                    + std::to_string(entry.end - entry.begin) + " bytes, but "
                                    + type_name + " " + shape_to_string(entry.shape) + " needs "
                                    + std::to_string(needed));

@@ -53,10 +53,11 @@ std::string format_element(T value) {
 } // namespace
 
 std::string shape_to_string(const shape_t& shape) {
+  constexpr auto shown = 2 * detail::items_in_errors;
   std::vector<std::string> dims;
-  for (auto d : shape)
-    dims.push_back(std::to_string(d));
-  return "[" + detail::joined_list(dims, 2 * detail::items_in_errors) + "]";
+  for (std::size_t i = 0; i < shape.size() && i <= shown; ++i)
+    dims.push_back(std::to_string(shape[i]));
+  return "[" + detail::joined_list(dims, shown, shape.size()) + "]";
 }
 
 // -- construction -------------------------------------------------------------

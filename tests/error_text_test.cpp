@@ -39,6 +39,7 @@ TEST_CASE("joined_list shows the first items, then how many more") {
   CHECK(joined_list({"a"}) == "a");
   CHECK(joined_list({"a", "b", "c"}, 2) == "a, b, c"); // never "and 1 more"
   CHECK(joined_list({"a", "b", "c", "d"}, 2) == "a, b, ... and 2 more");
+  CHECK(joined_list({"a", "b", "c"}, 2, 5000) == "a, b, ... and 4998 more"); // only the first made
   std::vector<std::string> many(4095, "x");
   const auto text = joined_list(many);
   CHECK(text.size() < 100);

@@ -252,6 +252,22 @@ TEST_CASE("malformed tensor entries name the tensor and the problem") {
         == prefix + "data_offsets [0,4] span 4 bytes, but I64 [] needs 8");
 }
 
+TEST_CASE("errors about huge shapes and offsets quote their first items only") {
+  std::string dims = "[1";
+  for (int i = 0; i < 100000; ++i)
+    dims += ",-1";
+  dims += "]";
+  const auto message = corruption_of(
+    file_with(R"({"w": {"dtype": "F32", "shape": )" + dims + R"(, "data_offsets": [0, 4]}})"));
+  CHECK(message
+        == "test.safetensors: tensor \"w\": shape [1,-1,-1,-1,-1,-1,-1,-1,... and 99993 more] "
+           "has a negative dimension");
+  const auto offsets = corruption_of(file_with(
+    R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )" + dims + "}}"));
+  CHECK(offsets.size() < 200);
+  CHECK(offsets.find("... and 99993 more]") != std::string::npos);
+}
+
 TEST_CASE("unsupported dtypes throw dtype_error naming the dtype") {
   auto message = error_of<dtype_error>([] {
     decode_safetensors(file_with(R"({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}})",
