@@ -152,8 +152,10 @@ std::pair<file_descriptor, std::filesystem::path>
 create_locked_temporary(const std::filesystem::path& path) {
   for (int attempt = 0; attempt < max_temporary_attempts; ++attempt) {
     auto temporary = temporary_path_for(path);
-    file_descriptor file(LOCKSTEP_SYS_CHECK(
-      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), temporary));
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd == -1 && errno == EEXIST)
+      continue; // left by an earlier process with this pid (a container's pid 1, say)
+    file_descriptor file(LOCKSTEP_SYS_CHECK(fd, temporary));
     // Without waiting: a cleaner that locked the new file first is about to
     // remove it, so the writer moves on to another name.
     if (flock_resuming(file.get(), LOCK_EX | LOCK_NB) == -1) {
@@ -167,8 +169,8 @@ create_locked_temporary(const std::filesystem::path& path) {
   }
   throw io_error("write_file_atomically: could not keep a locked temporary file next to \""
                  + path.string() + "\" in " + std::to_string(max_temporary_attempts)
-                 + " attempts: another process removed each one (does the file system support "
-                   "flock?)");
+                 + " attempts: each name was taken, or removed by another process (does the file "
+                   "system support flock?)");
 }
 
 bool is_digits(std::string_view text) {
@@ -212,8 +214,13 @@ std::size_t remove_abandoned_temporaries(const std::filesystem::path& directory)
     const auto& path = entries->path();
     if (!is_atomic_write_temporary(path))
       continue;
-    // O_NOFOLLOW: a link with a temporary's name is not a temporary.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    // O_NOFOLLOW: a link with a temporary's name is not a temporary. Open
+    // for writing where allowed: NFS emulates flock with POSIX locks, whose
+    // exclusive lock needs a descriptor open for writing.
+    constexpr int flags = O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+    int fd = ::open(path.c_str(), O_RDWR | flags);
+    if (fd == -1 && (errno == EACCES || errno == EROFS))
+      fd = ::open(path.c_str(), O_RDONLY | flags);
     if (fd == -1)
       continue;
     file_descriptor file(fd);
