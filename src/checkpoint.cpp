@@ -92,6 +92,8 @@ std::optional<std::int64_t> checkpoint_step(const std::string& name) {
   const auto [end, error] = std::from_chars(first, last, step);
   if (error != std::errc{} || end != last || *first == '-' || *first == '+')
     return std::nullopt;
+  if (*first == '0' && last - first > 1)
+    return std::nullopt; // "ckpt-007" is no name save gives: not one of ours
   return step;
 }
 
@@ -192,8 +194,10 @@ void require_cross_replica(const std::vector<variable>& variables) {
     v.state().require_cross_replica_context();
 }
 
-/// Whether `restore_latest` reads an error from reading a checkpoint as
-/// "this file is unreadable" (rather than a shortage of memory).
+/// Runs `read`; the message of an error that makes the file unreadable
+/// (damaged, not a regular file, a dtype lockstep does not read), nullopt
+/// when it read. Any other error, such as resource_error for memory that
+/// ran out, passes through: it says nothing about the file.
 template <class F>
 std::optional<std::string> unreadable_reason(F&& read) {
   try {

@@ -1118,7 +1118,7 @@ TEST_CASE("a checkpoint whose step differs from its ckpt-<n> name is refused") {
   variable w{tensor::scalar<float>(1), {.name = "w"}};
   const auto three = dir.path() / "ckpt-3.safetensors";
   save(three, {w}, 3);
-  const auto four = dir.path() / "ckpt-04.safetensors";
+  const auto four = dir.path() / "ckpt-4.safetensors";
   fs::copy_file(three, four);
   const auto expected =
     four.string() + ": the metadata's step 3 differs from the step 4 in the file's name";
@@ -1129,6 +1129,8 @@ TEST_CASE("a checkpoint whose step differs from its ckpt-<n> name is refused") {
   fs::copy_file(three, other);
   CHECK(restore(other, {w}).step == 3);
 
+  // "ckpt-007" is no name save gives, so no checkpoint of step 7.
+  fs::copy_file(three, dir.path() / "ckpt-007.safetensors");
   checkpoint_manager manager{dir.path(), 5};
   CHECK(manager.latest() == four);
   CHECK(manager.newest_readable() == three);
