@@ -9,10 +9,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <fstream>
 #include <mutex>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 

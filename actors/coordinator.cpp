@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <system_error>
 #include <thread>
 
 namespace lockstep::actors {
