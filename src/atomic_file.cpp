@@ -155,7 +155,8 @@ create_locked_temporary(const std::filesystem::path& path) {
     const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd == -1 && errno == EEXIST)
       continue; // left by an earlier process with this pid (a container's pid 1, say)
-    file_descriptor file(LOCKSTEP_SYS_CHECK(fd, temporary));
+    file_descriptor file(sys_check(fd, "open(temporary, O_WRONLY | O_CREAT | O_EXCL)", temporary,
+                                   __FILE__, __LINE__));
     // Without waiting: a cleaner that locked the new file first is about to
     // remove it, so the writer moves on to another name.
     if (flock_resuming(file.get(), LOCK_EX | LOCK_NB) == -1) {
