@@ -10,25 +10,18 @@
 
 #include <doctest/doctest.h>
 
+#include "child_process.hpp"
+#include "file_support.hpp"
+
 #include <pwd.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <vector>
-
-extern char** environ;
 
 using namespace lockstep;
 using namespace std::chrono_literals;
@@ -47,56 +40,19 @@ std::string child_path() {
 }
 
 struct child_result {
-  int exit_code = -1; // -1: killed after the time limit (a hang)
+  int exit_code = -1; // -1: ended by a signal, or killed after the time limit (a hang)
   std::string output;
 };
 
-/// Runs `argv` with this process's environment plus `extra_env`, stdout
-/// and stderr to a file; kills it after `limit`.
+/// Runs `argv` with `extra_env`, stdout and stderr to one file; kills it
+/// after `limit`.
 child_result run_child(const std::vector<std::string>& argv,
                        const std::vector<std::string>& extra_env, std::chrono::seconds limit) {
-  char output_name[] = "/tmp/lockstep_replica_start.XXXXXX";
-  const int output = ::mkstemp(output_name);
-  REQUIRE(output != -1);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, output, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, output, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const auto& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> env;
-  for (const auto& e : extra_env)
-    env.push_back(const_cast<char*>(e.c_str()));
-  for (char** e = environ; *e != nullptr; ++e)
-    env.push_back(*e); // later duplicates lose: getenv takes the first
-  env.push_back(nullptr);
-  pid_t pid = -1;
-  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(output);
-  REQUIRE_MESSAGE(spawned == 0, "cannot run " << argv[0]);
-  child_result result;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      status = -1;
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  if (status != -1 && WIFEXITED(status))
-    result.exit_code = WEXITSTATUS(status);
-  else if (status != -1)
-    result.exit_code = 128 + WTERMSIG(status);
-  std::ifstream in{output_name};
-  result.output.assign(std::istreambuf_iterator<char>{in}, {});
-  ::unlink(output_name);
-  return result;
+  temporary_directory dir{"replica_start"};
+  const auto output = dir.path() / "output";
+  const auto exit = run_child_process(
+    {.argv = argv, .extra_env = extra_env, .cwd = {}, .out = output, .err = {}, .limit = limit});
+  return {exit.status, read_file(output)};
 }
 
 /// A uid with no account and, for this test's purpose, no processes: the

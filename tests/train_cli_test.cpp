@@ -10,13 +10,10 @@
 
 #include <doctest/doctest.h>
 
+#include "child_process.hpp"
 #include "file_support.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,10 +26,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
-
-extern char** environ;
 
 namespace {
 
@@ -63,41 +57,17 @@ outcome run(const std::vector<std::string>& args, const fs::path& cwd) {
   const auto binary = program();
   std::vector<std::string> strings{binary.string()};
   strings.insert(strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : strings)
-    argv.push_back(s.data());
-  argv.push_back(nullptr);
 
-  posix_spawn_file_actions_t actions;
-  REQUIRE(posix_spawn_file_actions_init(&actions) == 0);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
-  pid_t pid = 0;
-  const auto started = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE_MESSAGE(started == 0, "cannot start " << binary << ": " << std::strerror(started));
-
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int status = 0;
-  for (;;) {
-    const auto done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid)
-      break;
-    if (done < 0 && errno != EINTR)
-      FAIL("waitpid: " << std::strerror(errno));
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      FAIL("train_fashion_mnist ran for more than 120 s and was killed");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const auto exit = run_child_process({.argv = strings,
+                                       .extra_env = {},
+                                       .cwd = cwd,
+                                       .out = out_path,
+                                       .err = err_path,
+                                       .limit = std::chrono::seconds(120)});
+  if (exit.timed_out)
+    FAIL("train_fashion_mnist ran for more than 120 s and was killed");
   outcome result;
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.status = exit.status;
   result.out = read_file(out_path);
   result.err = read_file(err_path);
   return result;
