@@ -152,9 +152,9 @@ double lockstep_training(const training_data& data, const options& opts, std::si
   std::int64_t first_done = 0;
   clock_type::time_point start, end;
   training_observer observer;
-  observer.on_step = [&](int, std::int64_t done, std::int64_t, double, double) {
+  observer.on_progress = [&](const step_progress& progress) {
     if (first_done == 0) {
-      first_done = done;
+      first_done = progress.step;
       start = clock_type::now();
     }
     end = clock_type::now();

@@ -1,9 +1,10 @@
 #include "atomic_file.hpp"
 
+#include "file_descriptor.hpp"
+
 #include "lockstep/error.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,44 +56,11 @@ std::filesystem::path temporary_path_for(const std::filesystem::path& path) {
   return path.parent_path() / name;
 }
 
-// Owns a file descriptor. The destructor closes it only on error paths,
-// unchecked, because a second failure would hide the first; `close()` is
-// the checked close of the normal path.
-class file_descriptor {
-public:
-  explicit file_descriptor(int fd) : fd_(fd) {
-  }
-
-  ~file_descriptor() {
-    if (fd_ != -1)
-      ::close(fd_);
-  }
-
-  file_descriptor(file_descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {
-  }
-
-  file_descriptor(const file_descriptor&) = delete;
-  file_descriptor& operator=(const file_descriptor&) = delete;
-  file_descriptor& operator=(file_descriptor&& other) noexcept {
-    if (this != &other) {
-      if (fd_ != -1)
-        ::close(fd_);
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-
-  int get() const { return fd_; }
-
-  void close(const std::filesystem::path& path) {
-    // Linux releases the descriptor even when close fails: never close twice.
-    int fd = std::exchange(fd_, -1);
-    LOCKSTEP_SYS_CHECK(::close(fd), path);
-  }
-
-private:
-  int fd_;
-};
+// The checked close of the normal path (Linux releases the descriptor even
+// when close fails: it is never closed twice).
+void close_checked(file_descriptor& file, const std::filesystem::path& path) {
+  LOCKSTEP_SYS_CHECK(::close(file.release()), path);
+}
 
 // write(2), called again when a signal interrupted it before it wrote anything.
 ssize_t write_resuming(int fd, std::string_view bytes) {
@@ -120,16 +88,7 @@ void fsync_directory(const std::filesystem::path& file_path) {
   file_descriptor dir(
     LOCKSTEP_SYS_CHECK(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC), directory));
   LOCKSTEP_SYS_CHECK(::fsync(dir.get()), directory);
-  dir.close(directory);
-}
-
-// flock(2), called again when a signal interrupted it.
-int flock_resuming(int fd, int operation) {
-  int result;
-  do
-    result = ::flock(fd, operation);
-  while (result == -1 && errno == EINTR);
-  return result;
+  close_checked(dir, directory);
 }
 
 // True if `path` (not followed if it is a link) is the file open as `fd`.
@@ -187,7 +146,7 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
   // A second descriptor of the same open file keeps the lock after the
   // checked close of `file` below, until after the rename: a cleaner never
   // sees this temporary unlocked while it is still needed.
-  file_descriptor lock_holder(-1);
+  file_descriptor lock_holder;
   try {
     lock_holder = file_descriptor(
       LOCKSTEP_SYS_CHECK(::fcntl(file.get(), F_DUPFD_CLOEXEC, 0), temporary));
@@ -196,7 +155,7 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
     run_hook(atomic_write_stage::partial_write);
     write_all(file, bytes.substr(half), temporary);
     LOCKSTEP_SYS_CHECK(::fsync(file.get()), temporary);
-    file.close(temporary);
+    close_checked(file, temporary);
     run_hook(atomic_write_stage::before_rename);
     LOCKSTEP_SYS_CHECK(::rename(temporary.c_str(), path.c_str()), path);
   } catch (...) {

@@ -14,6 +14,7 @@
 #include "lockstep/checkpoint.hpp"
 
 #include "atomic_file.hpp"
+#include "error_text.hpp"
 #include "folder_lock.hpp"
 #include "log.hpp"
 #include "safetensors.hpp"
@@ -35,11 +36,9 @@ namespace lockstep {
 
 namespace {
 
-constexpr std::string_view format_1 = "lockstep-checkpoint-1";
+using detail::in_quotes;
 
-std::string quoted(const std::filesystem::path& path) {
-  return "\"" + path.string() + "\"";
-}
+constexpr std::string_view format_1 = "lockstep-checkpoint-1";
 
 /// The value a checkpoint stores for `var` (see `save`).
 tensor saved_value(const variable& var) {
@@ -220,7 +219,7 @@ void save(const std::filesystem::path& path, const std::vector<variable>& variab
   if (step < 0)
     throw value_error("save: the step must not be negative, got " + std::to_string(step));
   if (auto named = checkpoint_step(path.filename().string()); named && *named != step)
-    throw value_error("save: " + quoted(path) + " is named for step " + std::to_string(*named)
+    throw value_error("save: " + in_quotes(path) + " is named for step " + std::to_string(*named)
                       + ", not the step " + std::to_string(step) + " being saved");
   std::vector<detail::named_tensor> tensors;
   std::size_t replicas = 1;
@@ -342,13 +341,13 @@ checkpoint_manager::restore_latest(const std::vector<variable>& variables) const
     return std::nullopt;
   loaded_checkpoint checkpoint;
   if (auto reason = unreadable_reason([&] { checkpoint = load(*path); })) {
-    auto message = "checkpoint_manager: the newest checkpoint " + quoted(*path)
+    auto message = "checkpoint_manager: the newest checkpoint " + in_quotes(*path)
                    + " is unreadable (" + *reason + "); ";
     if (auto readable = newest_readable())
-      message += "the newest readable checkpoint is " + quoted(*readable)
+      message += "the newest readable checkpoint is " + in_quotes(*readable)
                  + "; restore it explicitly to resume from there, or remove the unreadable one";
     else
-      message += "no checkpoint in " + quoted(directory_) + " is readable";
+      message += "no checkpoint in " + in_quotes(directory_) + " is readable";
     throw data_loss_error(message);
   }
   assign_all(*path, checkpoint, variables);

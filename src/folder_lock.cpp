@@ -3,13 +3,11 @@
 #include "lockstep/error.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
 #include <system_error>
-#include <utility>
 
 namespace lockstep::detail {
 
@@ -22,11 +20,8 @@ folder_lock folder_lock::acquire(const std::filesystem::path& folder, std::strin
     throw io_error(std::string(user) + ": cannot open the writer lock \"" + lock_path.string()
                    + "\": " + reason);
   }
-  folder_lock lock{fd};
-  int result;
-  do
-    result = ::flock(fd, LOCK_EX | LOCK_NB);
-  while (result == -1 && errno == EINTR);
+  folder_lock lock{file_descriptor{fd}};
+  const int result = flock_resuming(fd, LOCK_EX | LOCK_NB);
   if (result == -1 && errno == EWOULDBLOCK)
     throw io_error(std::string(user) + ": another writer holds the checkpoint folder \""
                    + folder.string() + "\" (its lock file " + std::string(lock_file_name)
@@ -38,24 +33,6 @@ folder_lock folder_lock::acquire(const std::filesystem::path& folder, std::strin
                    + lock_path.string() + "\": " + reason);
   }
   return lock;
-}
-
-folder_lock::folder_lock(folder_lock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-
-folder_lock& folder_lock::operator=(folder_lock&& other) noexcept {
-  if (this != &other) {
-    if (fd_ != -1)
-      ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-folder_lock::~folder_lock() {
-  // Closing the only descriptor of the lock file releases the lock; a lock
-  // file that was never written has nothing to report.
-  if (fd_ != -1)
-    ::close(fd_);
 }
 
 } // namespace lockstep::detail

@@ -5,6 +5,9 @@
 
 #include <filesystem>
 #include <string_view>
+#include <utility>
+
+#include "file_descriptor.hpp"
 
 namespace lockstep::detail {
 
@@ -26,17 +29,11 @@ public:
   /// or locked. `user` (e.g. "checkpoint_manager") opens the messages.
   static folder_lock acquire(const std::filesystem::path& folder, std::string_view user);
 
-  folder_lock(folder_lock&& other) noexcept;
-  folder_lock& operator=(folder_lock&& other) noexcept;
-  folder_lock(const folder_lock&) = delete;
-  folder_lock& operator=(const folder_lock&) = delete;
-  /// Releases the lock.
-  ~folder_lock();
-
 private:
-  explicit folder_lock(int fd) noexcept : fd_(fd) {}
+  explicit folder_lock(file_descriptor fd) noexcept : fd_(std::move(fd)) {}
 
-  int fd_ = -1;
+  /// Closing the only descriptor of the lock file releases the lock.
+  file_descriptor fd_;
 };
 
 } // namespace lockstep::detail

@@ -11,6 +11,7 @@
 #include "lockstep/idx.hpp"
 
 #include "lockstep/error.hpp"
+#include "error_text.hpp"
 #include "regular_file.hpp"
 
 #include <zlib.h>
@@ -25,6 +26,8 @@
 namespace lockstep {
 
 namespace {
+
+using detail::in_quotes;
 
 constexpr unsigned char gzip_magic[2] = {0x1f, 0x8b};
 
@@ -49,10 +52,6 @@ constexpr std::uint64_t deflate_max_ratio = 1032;
 /// header claims.
 constexpr std::uint64_t gzip_first_buffer_ratio = 8;
 constexpr std::uint64_t gzip_first_buffer_floor = 1024 * 1024;
-
-std::string quoted(const std::filesystem::path& path) {
-  return "\"" + path.string() + "\"";
-}
 
 std::string hex_byte(unsigned char b) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -419,7 +418,7 @@ std::filesystem::path find_idx_file(const std::filesystem::path& directory, cons
     return compressed;
   if (std::filesystem::exists(plain, ec))
     return plain;
-  throw io_error("load_mnist: neither " + quoted(compressed) + " nor " + quoted(plain)
+  throw io_error("load_mnist: neither " + in_quotes(compressed) + " nor " + in_quotes(plain)
                  + " exists");
 }
 
@@ -437,7 +436,7 @@ tensor converted(const idx_array& x, const std::filesystem::path& path, std::siz
   try {
     return convert(x);
   } catch (const std::bad_alloc&) {
-    throw resource_error(quoted(path) + ": out of memory: its " + std::to_string(x.data.size())
+    throw resource_error(in_quotes(path) + ": out of memory: its " + std::to_string(x.data.size())
                          + " bytes become " + what + " of "
                          + std::to_string(x.data.size() * element_size) + " bytes");
   }
@@ -450,14 +449,14 @@ loaded_split load_split(const std::filesystem::path& directory, const char* imag
   const auto images = read_idx(images_path);
   const auto labels = read_idx(labels_path);
   if (images.dims.size() != 3)
-    throw data_loss_error(quoted(images_path) + ": images need 3 dimensions [n, rows, cols], not "
+    throw data_loss_error(in_quotes(images_path) + ": images need 3 dimensions [n, rows, cols], not "
                           + dims_string(images.dims));
   if (labels.dims.size() != 1)
-    throw data_loss_error(quoted(labels_path) + ": labels need 1 dimension [n], not "
+    throw data_loss_error(in_quotes(labels_path) + ": labels need 1 dimension [n], not "
                           + dims_string(labels.dims));
   if (images.dims[0] != labels.dims[0])
-    throw data_loss_error("load_mnist: " + quoted(images_path) + " has "
-                          + std::to_string(images.dims[0]) + " images but " + quoted(labels_path)
+    throw data_loss_error("load_mnist: " + in_quotes(images_path) + " has "
+                          + std::to_string(images.dims[0]) + " images but " + in_quotes(labels_path)
                           + " has " + std::to_string(labels.dims[0]) + " labels");
   return {{converted(images, images_path, sizeof(float), "float32 pixels", idx_images_to_tensor),
            converted(labels, labels_path, sizeof(std::int64_t), "int64 labels",
@@ -477,7 +476,7 @@ idx_array read_idx(const std::filesystem::path& path) {
   // Refuses anything but a regular file by its type, without blocking.
   const auto file = detail::regular_file::open(path);
   const file_source in{file};
-  return parse_bytes(in, quoted(path), path.extension() == ".gz");
+  return parse_bytes(in, in_quotes(path), path.extension() == ".gz");
 }
 
 namespace {
@@ -524,7 +523,7 @@ mnist_dataset load_mnist(const std::filesystem::path& directory) {
   auto train = load_split(directory, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
   auto test = load_split(directory, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
   if (train.rows != test.rows || train.cols != test.cols)
-    throw data_loss_error("load_mnist: the training images in " + quoted(directory) + " are "
+    throw data_loss_error("load_mnist: the training images in " + in_quotes(directory) + " are "
                           + std::to_string(train.rows) + "x" + std::to_string(train.cols)
                           + " but the test images are " + std::to_string(test.rows) + "x"
                           + std::to_string(test.cols));

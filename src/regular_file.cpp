@@ -1,5 +1,7 @@
 #include "regular_file.hpp"
 
+#include "error_text.hpp"
+
 #include "lockstep/error.hpp"
 
 #include <fcntl.h>
@@ -14,17 +16,13 @@ namespace lockstep::detail {
 
 namespace {
 
-std::string quoted(const std::filesystem::path& path) {
-  return "\"" + path.string() + "\"";
-}
-
 [[noreturn]] void throw_system_error(const char* call, const std::filesystem::path& path) {
   const auto reason = std::generic_category().message(errno);
-  throw io_error(std::string(call) + " failed on " + quoted(path) + ": " + reason);
+  throw io_error(std::string(call) + " failed on " + in_quotes(path) + ": " + reason);
 }
 
 [[noreturn]] void refuse_type(const std::filesystem::path& path, unsigned mode) {
-  throw io_error(quoted(path) + " is " + describe_file_type(mode)
+  throw io_error(in_quotes(path) + " is " + describe_file_type(mode)
                  + ", not a regular file; lockstep reads data and checkpoints only from "
                    "regular files");
 }
@@ -62,7 +60,7 @@ regular_file regular_file::open(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd == -1)
     throw_system_error("open", path);
-  regular_file file{path, fd, 0};
+  regular_file file{path, file_descriptor{fd}};
   if (::fstat(fd, &status) == -1)
     throw_system_error("fstat", path);
   if (!S_ISREG(status.st_mode))
@@ -71,31 +69,11 @@ regular_file regular_file::open(const std::filesystem::path& path) {
   return file;
 }
 
-regular_file::regular_file(regular_file&& other) noexcept
-  : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
-
-regular_file& regular_file::operator=(regular_file&& other) noexcept {
-  if (this != &other) {
-    if (fd_ != -1)
-      ::close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    size_ = other.size_;
-  }
-  return *this;
-}
-
-regular_file::~regular_file() {
-  // Closing a file that was only read has nothing to report.
-  if (fd_ != -1)
-    ::close(fd_);
-}
-
 std::size_t regular_file::read_at(std::uint64_t offset, void* into, std::size_t count) const {
   auto* out = static_cast<char*>(into);
   std::size_t done = 0;
   while (done < count) {
-    const auto n = ::pread(fd_, out + done, count - done, static_cast<off_t>(offset + done));
+    const auto n = ::pread(fd_.get(), out + done, count - done, static_cast<off_t>(offset + done));
     if (n == -1 && errno == EINTR)
       continue;
     if (n == -1)
@@ -110,7 +88,7 @@ std::size_t regular_file::read_at(std::uint64_t offset, void* into, std::size_t 
 std::string regular_file::read_all() const {
   std::string bytes(static_cast<std::size_t>(size_), '\0');
   if (read_at(0, bytes.data(), bytes.size()) != bytes.size())
-    throw data_loss_error(quoted(path_) + ": the file shrank while it was read (from "
+    throw data_loss_error(in_quotes(path_) + ": the file shrank while it was read (from "
                           + std::to_string(size_) + " bytes)");
   return bytes;
 }

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <string>
 
+#include "file_descriptor.hpp"
+
 namespace lockstep::detail {
 
 /// A regular file open for reading. Move-only; closes on destruction.
@@ -23,12 +25,6 @@ public:
   /// io_error names the path and the system's reason when it cannot be
   /// opened at all.
   static regular_file open(const std::filesystem::path& path);
-
-  regular_file(regular_file&& other) noexcept;
-  regular_file& operator=(regular_file&& other) noexcept;
-  regular_file(const regular_file&) = delete;
-  regular_file& operator=(const regular_file&) = delete;
-  ~regular_file();
 
   /// The size in bytes when the file was opened.
   std::uint64_t size() const noexcept { return size_; }
@@ -45,11 +41,11 @@ public:
   std::string read_all() const;
 
 private:
-  regular_file(std::filesystem::path path, int fd, std::uint64_t size) noexcept
-    : path_(std::move(path)), fd_(fd), size_(size) {}
+  regular_file(std::filesystem::path path, file_descriptor fd) noexcept
+    : path_(std::move(path)), fd_(std::move(fd)) {}
 
   std::filesystem::path path_;
-  int fd_ = -1;
+  file_descriptor fd_;
   std::uint64_t size_ = 0;
 };
 

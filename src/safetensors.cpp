@@ -71,14 +71,8 @@ std::string_view bytes_of(const tensor& t) {
   return {static_cast<const char*>(t.raw_data()), t.byte_size()};
 }
 
-std::string in_quotes(std::string_view text) {
-  return "\"" + std::string(text) + "\"";
-}
-
 // -- decoding -----------------------------------------------------------------
 
-// A tensor's header entry, validated on its own (not yet against the buffer).
-using header_entry = safetensors_entry;
 
 // The errors of one decode, each message opening with the source.
 class decode_errors {
@@ -176,11 +170,12 @@ std::int64_t checked_num_elements(const shape_t& shape, std::string_view name,
   return count;
 }
 
-header_entry parse_entry(const std::string& name, const json& value, const decode_errors& errors) {
+safetensors_entry parse_entry(const std::string& name, const json& value,
+                              const decode_errors& errors) {
   if (!value.is_object())
     throw errors.corrupt(name, "the entry is a JSON " + std::string(value.type_name())
                                    + ", not an object");
-  header_entry entry{.name = name, .type = dtype::f32, .shape = {}, .begin = 0, .end = 0};
+  safetensors_entry entry{.name = name, .type = dtype::f32, .shape = {}, .begin = 0, .end = 0};
 
   const auto& type = member(value, "dtype", name, errors);
   if (!type.is_string())
@@ -233,7 +228,7 @@ std::map<std::string, std::string> parse_metadata(const json& value, const decod
 // The spec's layout: the entries tile the buffer exactly, from offset 0 to
 // its end, without holes or overlaps. (This also defeats duplicate JSON keys
 // that alias one range: the parser keeps one of them and leaves a hole.)
-void check_layout(std::vector<header_entry>& entries, std::uint64_t buffer_size,
+void check_layout(std::vector<safetensors_entry>& entries, std::uint64_t buffer_size,
                   const decode_errors& errors) {
   auto last = std::max_element(entries.begin(), entries.end(),
                                [](const auto& a, const auto& b) { return a.end < b.end; });
@@ -245,7 +240,7 @@ void check_layout(std::vector<header_entry>& entries, std::uint64_t buffer_size,
     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
   });
   std::uint64_t covered = 0;
-  const header_entry* previous = nullptr;
+  const safetensors_entry* previous = nullptr;
   for (const auto& entry : entries) {
     if (entry.begin < covered)
       throw errors.corrupt(entry.name, "its bytes [" + std::to_string(entry.begin) + ", "
@@ -300,6 +295,26 @@ void check_tensor_checksum(const safetensors_header& header, const std::string& 
 std::uint32_t crc32_of(std::string_view bytes, std::uint32_t crc = 0) {
   return static_cast<std::uint32_t>(
     crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+}
+
+// The memory for `entry`'s tensor on `device`, to be filled with its bytes;
+// resource_error naming the tensor when it runs out.
+tensor allocate_tensor(const safetensors_entry& entry, const device_spec& device,
+                       const decode_errors& errors) {
+  try {
+    return tensor::uninitialized(entry.type, entry.shape, device);
+  } catch (const std::bad_alloc&) {
+    throw errors.out_of_memory("tensor " + in_quotes(entry.name), entry.end - entry.begin);
+  }
+}
+
+// Reads `count` bytes of tensor `name` at `offset` of `file`; a file that
+// shrank since its size was checked is corrupt.
+void read_tensor_bytes(const regular_file& file, std::uint64_t offset, char* into,
+                       std::uint64_t count, const std::string& name, const decode_errors& errors) {
+  if (file.read_at(offset, into, static_cast<std::size_t>(count)) != count)
+    throw errors.corrupt(name, "the file shrank while its data was read (it had "
+                                   + std::to_string(file.size()) + " bytes)");
 }
 
 // -- the header checksum ------------------------------------------------------
@@ -522,13 +537,7 @@ safetensors_contents decode_safetensors(std::string_view bytes, const std::strin
     check_tensor_checksum(header, entry.name, crc32_of(data), errors);
   }
   for (auto& entry : header.entries) {
-    tensor value;
-    try {
-      value = tensor::zeros(entry.type, entry.shape, device);
-    } catch (const std::bad_alloc&) {
-      throw errors.out_of_memory("tensor " + in_quotes(entry.name),
-                                 entry.end - entry.begin);
-    }
+    auto value = allocate_tensor(entry, device, errors);
     const auto data = buffer.substr(entry.begin, entry.end - entry.begin);
     std::memcpy(value.raw_data(), data.data(), data.size());
     contents.tensors.emplace(std::move(entry.name), std::move(value));
@@ -568,16 +577,10 @@ std::map<std::string, tensor> safetensors_file::read_tensors(const device_spec& 
   std::map<std::string, tensor> tensors;
   for (const auto& entry : header_.entries) {
     const auto bytes = entry.end - entry.begin;
-    tensor value;
-    try {
-      value = tensor::zeros(entry.type, entry.shape, device);
-    } catch (const std::bad_alloc&) {
-      throw errors.out_of_memory("tensor " + in_quotes(entry.name), bytes);
-    }
+    auto value = allocate_tensor(entry, device, errors);
     auto* data = static_cast<char*>(value.raw_data());
-    if (file_.read_at(header_.buffer_offset() + entry.begin, data, bytes) != bytes)
-      throw errors.corrupt(entry.name, "the file shrank while its data was read (it had "
-                                         + std::to_string(file_.size()) + " bytes)");
+    read_tensor_bytes(file_, header_.buffer_offset() + entry.begin, data, bytes, entry.name,
+                      errors);
     check_tensor_checksum(header_, entry.name,
                           crc32_of(std::string_view(data, static_cast<std::size_t>(bytes))),
                           errors);
@@ -608,9 +611,8 @@ void safetensors_file::verify_tensors() const {
           throw errors.out_of_memory("a buffer to check tensor " + in_quotes(entry.name), count);
         }
       }
-      if (file_.read_at(header_.buffer_offset() + at, chunk.data(), count) != count)
-        throw errors.corrupt(entry.name, "the file shrank while its data was read (it had "
-                                           + std::to_string(file_.size()) + " bytes)");
+      read_tensor_bytes(file_, header_.buffer_offset() + at, chunk.data(), count, entry.name,
+                        errors);
       crc = crc32_of(std::string_view(chunk.data(), static_cast<std::size_t>(count)), crc);
       at += count;
     }

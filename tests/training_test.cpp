@@ -201,8 +201,8 @@ TEST_CASE("a run resumed from its checkpoint ends with the bits of one that neve
     stopped.checkpoint_dir = dir.path();
     std::atomic<bool> stop{false};
     training_observer observer;
-    observer.on_step = [&](int epoch, std::int64_t step, std::int64_t, double, double) {
-      if (epoch == 2 && step == 4)
+    observer.on_progress = [&](const step_progress& p) {
+      if (p.epoch == 2 && p.step == 4)
         stop.store(true);
     };
     const auto part = train(stopped, data, observer, &stop);

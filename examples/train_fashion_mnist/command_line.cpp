@@ -145,12 +145,11 @@ command_line parse_command_line(int argc, const char* const* argv) {
     } else if (flag == "--lr-decay")
       cl.config.lr_decay = positive_number(flag, value, 1);
     else if (flag == "--optimizer") {
-      if (value == "adam")
-        cl.config.optimizer.kind = optimizer_kind::adam;
-      else if (value == "sgd")
-        cl.config.optimizer.kind = optimizer_kind::sgd_momentum;
-      else
+      try {
+        cl.config.optimizer.kind = parse_optimizer_kind(std::string(value));
+      } catch (const lockstep::value_error&) {
         bad_value(flag, "adam or sgd", value);
+      }
     } else if (flag == "--checkpoint-dir")
       cl.config.checkpoint_dir = nonempty_path(flag, value);
     else if (flag == "--resume-from")

@@ -253,9 +253,7 @@ std::optional<std::int64_t> resume(const training_config& config, training_state
                           + "): is another run saving there?");
   if (!info.step)
     throw data_loss_error(name + ": the checkpoint records no step");
-  const auto step = *info.step;
-  if (step < 0)
-    throw data_loss_error(name + ": the step " + std::to_string(step) + " is negative");
+  const auto step = *info.step; // restore refuses a negative one
   const auto epochs_done = read_int(state.epoch);
   if (epochs_done != step / steps_per_epoch)
     throw value_error(name + ": step " + std::to_string(step) + " is "
@@ -430,8 +428,6 @@ training_result train(const training_config& config, const training_data& data,
       const auto mean_loss = totals.loss / static_cast<double>(std::max<std::int64_t>(ran, 1));
       const auto accuracy = static_cast<double>(totals.correct)
                             / static_cast<double>(std::max<std::int64_t>(totals.examples, 1));
-      if (observer.on_step)
-        observer.on_step(static_cast<int>(epoch + 1), done, steps_per_epoch, mean_loss, accuracy);
       if (observer.on_progress)
         observer.on_progress(step_progress{
             static_cast<int>(epoch + 1), done, steps_per_epoch, mean_loss, accuracy,

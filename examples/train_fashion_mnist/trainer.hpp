@@ -88,12 +88,9 @@ struct step_progress {
   }
 };
 
-/// Called as training goes: after every strategy call (on_step with the
-/// epoch, steps done in it, steps per epoch, mean loss and accuracy so far
-/// in the epoch; on_progress with all of step_progress), after every epoch,
-/// and with notes (resumed, saved, ...).
+/// Called as training goes: after every strategy call (where the epoch
+/// stands), after every epoch, and with notes (resumed, saved, ...).
 struct training_observer {
-  std::function<void(int, std::int64_t, std::int64_t, double, double)> on_step;
   std::function<void(const step_progress&)> on_progress;
   std::function<void(const epoch_metrics&)> on_epoch;
   std::function<void(const std::string&)> on_note;
