@@ -1,4 +1,4 @@
-#include "actor_system.hpp"
+#include "actors/actor_system.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"

@@ -11,8 +11,8 @@
 // their own mailboxes, so no hop goes through CAF's scheduler (whose idle
 // workers sleep, costing ~85 us per wake-up; see docs/threading.md).
 
-#include "messages.hpp"
-#include "strategy_state.hpp"
+#include "actors/messages.hpp"
+#include "strategies/strategy_state.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>

@@ -1,4 +1,4 @@
-#include "input_actor.hpp"
+#include "actors/input_actor.hpp"
 
 #include "lockstep/error.hpp"
 

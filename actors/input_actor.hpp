@@ -18,7 +18,7 @@
 //             exit_msg             stop (the consumer is gone)
 //   sends     nothing: results go into the prefetch_buffer
 
-#include "messages.hpp"
+#include "actors/messages.hpp"
 
 #include <caf/fwd.hpp>
 

@@ -16,7 +16,7 @@
 #include "lockstep/replica_context.hpp"
 #include "lockstep/strategy.hpp"
 
-#include "variable_creation.hpp"
+#include "variables/variable_creation.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>

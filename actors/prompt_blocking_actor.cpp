@@ -1,4 +1,4 @@
-#include "prompt_blocking_actor.hpp"
+#include "actors/prompt_blocking_actor.hpp"
 
 #include <caf/intrusive/inbox_result.hpp>
 

@@ -1,6 +1,6 @@
-#include "replica_actor.hpp"
+#include "actors/replica_actor.hpp"
 
-#include "thread_mode.hpp"
+#include "strategies/thread_mode.hpp"
 
 #include "lockstep/error.hpp"
 

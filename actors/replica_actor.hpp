@@ -15,10 +15,10 @@
 //   sends     merge_request    paused in merge_call during call `seq`
 //             replica_result   call `seq` returned, threw, or was unwound
 
-#include "messages.hpp"
-#include "prompt_blocking_actor.hpp"
+#include "actors/messages.hpp"
+#include "actors/prompt_blocking_actor.hpp"
 
-#include "strategy_state.hpp"
+#include "strategies/strategy_state.hpp"
 
 
 #include <chrono>

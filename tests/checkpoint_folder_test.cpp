@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "atomic_file.hpp"
+#include "io/atomic_file.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/variable.hpp"

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "safetensors.hpp"
+#include "io/safetensors.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/variable.hpp"

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "safetensors.hpp"
+#include "io/safetensors.hpp"
 
 using namespace lockstep;
 namespace fs = std::filesystem;

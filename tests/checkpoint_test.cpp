@@ -38,9 +38,9 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
-#include "atomic_file.hpp"
-#include "log.hpp"
-#include "safetensors.hpp"
+#include "io/atomic_file.hpp"
+#include "runtime/log.hpp"
+#include "io/safetensors.hpp"
 #include "lockstep/context.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/one_device_strategy.hpp"

@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include "input_actor.hpp"
+#include "actors/input_actor.hpp"
 
 #include "test_support.hpp"
 

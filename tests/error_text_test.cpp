@@ -1,7 +1,7 @@
 // Error text from user and file input: bytes that are not valid UTF-8 are
 // escaped, and long lists (devices, dimensions) are cut.
 
-#include "error_text.hpp"
+#include "runtime/error_text.hpp"
 
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"

@@ -28,7 +28,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "atomic_file.hpp"
+#include "io/atomic_file.hpp"
 #include "lockstep/tensor.hpp"
 
 // -- temporary files ----------------------------------------------------------

@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include "hierarchical_copy_roles.hpp"
+#include "cross_device_ops/hierarchical_copy_roles.hpp"
 #include "test_support.hpp"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // refused by type in a child under an alarm, so a blocking open fails the
 // test instead of hanging it. No actor system: suite 'unit'.
 
-#include "regular_file.hpp"
+#include "io/regular_file.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 // (coordinator's test seam), and a real limit on threads (RLIMIT_NPROC) in
 // a child process run as an otherwise unused uid.
 
-#include "coordinator.hpp"
+#include "actors/coordinator.hpp"
 
 #include "lockstep/lockstep.hpp"
 

@@ -1,7 +1,7 @@
 #include "lockstep/runtime_options.hpp"
 
 #include "lockstep/error.hpp"
-#include "log.hpp"
+#include "runtime/log.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 // corrupt file, and crash safety of writes through the write seam (a child
 // process killed mid-write). No actor system: suite 'unit'.
 
-#include "safetensors.hpp"
+#include "io/safetensors.hpp"
 
 #include <doctest/doctest.h>
 
@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "atomic_file.hpp"
+#include "io/atomic_file.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/tensor.hpp"

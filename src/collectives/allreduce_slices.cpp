@@ -5,7 +5,7 @@
 
 #include "collectives/allreduce_slices.hpp"
 
-#include "elementwise_loops.hpp"
+#include "devices/elementwise_loops.hpp"
 
 #include <algorithm>
 #include <cstdint>

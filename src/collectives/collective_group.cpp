@@ -8,8 +8,8 @@
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
-#include "error_text.hpp"
-#include "spin_wait.hpp"
+#include "runtime/error_text.hpp"
+#include "runtime/spin_wait.hpp"
 
 namespace lockstep::detail {
 

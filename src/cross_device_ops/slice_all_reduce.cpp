@@ -1,0 +1,150 @@
+// slice_all_reduce in cross-replica context: allreduce_packs
+// (src/collectives/allreduce_packs.hpp) run by the destination devices'
+// executor threads, one rank each. (replica_context::all_reduce runs the
+// same collectives on the replica threads: src/replica_context.cpp.)
+//
+// The caller (a merge function, a cross-replica reduce) posts rank r to the
+// executor of destination r and waits. Ranks must run together, so all
+// ranks of one collective are posted under one process-wide lock: every
+// executor then sees collectives in the same order and two collectives can
+// never wait for each other's ranks.
+
+#include "lockstep/cross_device_ops.hpp"
+
+#include "cross_device_ops/component_placement.hpp"
+
+#include "collectives/allreduce_packs.hpp"
+#include "strategies/completion.hpp"
+#include "devices/device_executor.hpp"
+#include "runtime/spin_wait.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace lockstep::detail {
+
+struct slice_all_reduce_state {
+  slice_all_reduce_options options;
+  reduction_to_one_device fallback;
+  std::mutex mutex;
+  /// One group per device list, so sequence numbers follow each group.
+  std::map<std::vector<device_spec>, std::shared_ptr<collective_group>> groups;
+};
+
+namespace {
+
+/// Serialises the posting of collectives across every slice_all_reduce.
+std::mutex& posting_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+} // namespace
+
+} // namespace lockstep::detail
+
+namespace lockstep {
+
+slice_all_reduce::slice_all_reduce(slice_all_reduce_options options)
+  : state_(std::make_unique<detail::slice_all_reduce_state>()) {
+  state_->options = options;
+}
+
+const slice_all_reduce_options& slice_all_reduce::options() const noexcept {
+  return state_->options;
+}
+
+
+slice_all_reduce::~slice_all_reduce() = default;
+
+std::string slice_all_reduce::name() const {
+  return "slice_all_reduce";
+}
+
+mirrored<tensor> slice_all_reduce::reduce_implementation(reduce_op op,
+                                                         const per_replica<tensor>& value,
+                                                         const destinations& destination) {
+  return std::move(batch_reduce_implementation(op, {{value, destination}}).at(0));
+}
+
+std::vector<mirrored<tensor>>
+slice_all_reduce::batch_reduce_implementation(reduce_op op, const std::vector<reduce_pair>& pairs) {
+  if (pairs.empty())
+    return {};
+  const auto& devices = pairs[0].destination.devices();
+  const bool eligible = std::all_of(pairs.begin(), pairs.end(), [&](const reduce_pair& p) {
+    return p.destination.devices() == devices
+           && detail::one_component_per_destination(p.value, devices);
+  });
+  if (!eligible)
+    return state_->fallback.batch_reduce(op, pairs);
+  const auto n = devices.size();
+  const auto spin = detail::spin_budget(n + 1);
+  std::vector<std::shared_ptr<detail::device_executor>> executors;
+  for (const auto& d : devices) {
+    executors.push_back(detail::device_executor::of(d, spin));
+    // Called by a device's own thread (inside an update): its rank could
+    // never start, so reduce on this thread instead.
+    if (executors.back()->on_this_thread())
+      return state_->fallback.batch_reduce(op, pairs);
+  }
+  std::shared_ptr<detail::collective_group> group;
+  {
+    std::lock_guard<std::mutex> lock{state_->mutex};
+    auto& slot = state_->groups[devices];
+    if (!slot)
+      slot = std::make_shared<detail::collective_group>(n, name());
+    group = slot;
+  }
+  // Per rank: its component of every pair, and an output for each. Every
+  // element is written by the ranks, which also take the page faults of
+  // fresh buffers, in parallel.
+  auto inputs = std::make_shared<std::vector<std::vector<tensor>>>(n);
+  auto outputs = std::make_shared<std::vector<std::vector<tensor>>>(n);
+  for (std::size_t r = 0; r < n; ++r)
+    for (const auto& p : pairs) {
+      (*inputs)[r].push_back(p.value[r]);
+      (*outputs)[r].push_back(tensor::uninitialized(p.value[r].dtype(), p.value[r].shape(),
+                                                    devices[r]));
+    }
+  auto done = std::make_shared<detail::completion>(n);
+  const auto& options = state_->options;
+  const detail::collective_options collective{options.timeout, name(), options.chunk_bytes};
+  {
+    std::lock_guard<std::mutex> lock{detail::posting_mutex()};
+    for (std::size_t r = 0; r < n; ++r)
+      executors[r]->post([group, r, op, inputs, outputs, done, collective,
+                          packing = options.packing] {
+        std::exception_ptr error;
+        try {
+          detail::allreduce_packs(*group, r, op, (*inputs)[r], (*outputs)[r], packing,
+                                  collective);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        done->done(std::move(error));
+      });
+  }
+  // The ranks time out on their own; the extra second lets them report it.
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout + std::chrono::seconds{1};
+  if (!done->wait(deadline))
+    throw timeout_error("slice_all_reduce: the device threads did not finish within "
+                        + std::to_string(options.timeout.count()) + " ms");
+  if (auto error = done->error())
+    std::rethrow_exception(error);
+  std::vector<mirrored<tensor>> results;
+  results.reserve(pairs.size());
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    std::vector<tensor> copies;
+    copies.reserve(n);
+    for (std::size_t r = 0; r < n; ++r)
+      copies.push_back(std::move((*outputs)[r][k]));
+    results.emplace_back(std::move(copies));
+  }
+  return results;
+}
+
+} // namespace lockstep

@@ -1,0 +1,128 @@
+// mirrored_strategy: device list validation with TF's rules, then one
+// replica actor per device (actors/coordinator.hpp).
+
+#include "lockstep/mirrored_strategy.hpp"
+
+#include "actors/coordinator.hpp"
+#include "runtime/error_text.hpp"
+#include "strategies/strategy_state.hpp"
+
+#include "lockstep/config.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/runtime_options.hpp"
+
+#include <map>
+#include <set>
+#include <utility>
+
+#if LOCKSTEP_HAVE_CUDA
+#  include <cuda_runtime_api.h>
+#endif
+
+namespace lockstep {
+
+namespace {
+
+std::string list_string(const std::vector<device_spec>& devices) {
+  std::vector<std::string> names;
+  for (const auto& d : devices)
+    names.push_back(d.to_string());
+  return "[" + detail::joined_list(names) + "]";
+}
+
+/// All GPUs when built with CUDA and one is visible, else the first CPU.
+std::vector<device_spec> default_devices() {
+#if LOCKSTEP_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+    std::vector<device_spec> gpus;
+    for (int i = 0; i < count; ++i)
+      gpus.push_back(device_spec::parse("/device:GPU:" + std::to_string(i)));
+    return gpus;
+  }
+#endif
+  return {device_spec::parse("/cpu:0")};
+}
+
+/// TF's `_is_device_list_local`: all local, or all remote with job and task.
+bool is_device_list_local(const std::vector<device_spec>& devices) {
+  const bool local = devices.front().is_local();
+  for (const auto& d : devices) {
+    if (local && !d.is_local())
+      throw value_error("Local device string cannot have job specified other "
+                        "than 'localhost'");
+    if (!local && d.is_local())
+      throw value_error("Remote device string must have job specified.");
+    if (!local && !d.task())
+      throw value_error("Remote device string must have task specified.");
+  }
+  return local;
+}
+
+/// TF's `_infer_num_gpus_per_worker` checks for a remote device list, then
+/// the in-graph multi-worker rejection.
+void check_remote_devices(const std::vector<device_spec>& devices) {
+  std::map<std::pair<std::string, int>, std::vector<device_spec>> by_worker;
+  for (const auto& d : devices)
+    by_worker[{*d.job(), *d.task()}].push_back(d);
+  std::optional<std::size_t> gpus;
+  for (const auto& [worker, local] : by_worker) {
+    std::size_t n = 0;
+    for (const auto& d : local)
+      n += d.is_gpu() ? 1 : 0;
+    if (gpus && *gpus != n)
+      throw value_error("All workers should have the same number of GPUs.");
+    gpus = n;
+    for (const auto& d : local)
+      if (d.is_gpu() && static_cast<std::size_t>(d.device_index().value_or(0)) >= n)
+        throw value_error("GPU `device_index` on a worker should be consecutive "
+                          "and start from 0.");
+  }
+  if (by_worker.size() > 1)
+    throw value_error("In-graph multi-worker training with `mirrored_strategy` "
+                      "is not supported.");
+}
+
+std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devices,
+                                                   mirrored_options options) {
+  if (devices.empty())
+    devices = default_devices();
+  const auto requested = devices;
+  const bool local = is_device_list_local(devices);
+  for (auto& d : devices)
+    d = d.canonical();
+  if (std::set<device_spec>(devices.begin(), devices.end()).size() != devices.size())
+    throw value_error("Duplicate devices in " + list_string(requested)
+                      + ", after canonicalization: " + list_string(devices));
+  if (!local)
+    check_remote_devices(devices);
+  if (devices.size() > max_mirrored_replicas)
+    throw value_error("mirrored_strategy runs at most " + std::to_string(max_mirrored_replicas)
+                      + " replicas (max_mirrored_replicas), got " + std::to_string(devices.size())
+                      + " devices");
+  const auto timeout = detail::checked_timeout(
+    options.timeout.value_or(get_runtime_options().timeout), "mirrored_strategy");
+  auto ops = options.cross_device_ops ? std::move(options.cross_device_ops)
+                                      : choose_the_best(devices);
+  auto state = detail::strategy_state::create(
+    detail::strategy_kind::mirrored, std::move(devices), std::move(ops), timeout);
+  if (const auto* slices = dynamic_cast<const slice_all_reduce*>(state->ops.get())) {
+    state->replica_slices = slices;
+    state->replica_collectives = std::make_shared<detail::collective_group>(
+      state->devices.size(), state->name(), "replica");
+  }
+  auto coordinator = std::make_unique<actors::coordinator>(*state);
+  const auto failure = coordinator->start_failure();
+  state->executor = std::move(coordinator); // stopped (or kept) with the state
+  if (!failure.empty())
+    throw resource_error(failure);
+  return state;
+}
+
+} // namespace
+
+mirrored_strategy::mirrored_strategy(std::vector<device_spec> devices,
+                                     mirrored_options options)
+  : strategy(make_state(std::move(devices), std::move(options))) {}
+
+} // namespace lockstep

@@ -1,0 +1,26 @@
+#include "lockstep/one_device_strategy.hpp"
+
+#include "strategies/inline_executor.hpp"
+#include "strategies/strategy_state.hpp"
+
+#include "lockstep/runtime_options.hpp"
+
+namespace lockstep {
+
+namespace {
+
+std::shared_ptr<detail::strategy_state> make_state(const device_spec& device) {
+  auto canonical = device.canonical();
+  auto state = detail::strategy_state::create(
+    detail::strategy_kind::one_device, std::vector<device_spec>{canonical},
+    std::make_shared<reduction_to_one_device>(canonical), get_runtime_options().timeout);
+  state->executor = std::make_unique<detail::inline_executor>(*state, canonical);
+  return state;
+}
+
+} // namespace
+
+one_device_strategy::one_device_strategy(const device_spec& device)
+  : strategy(make_state(device)) {}
+
+} // namespace lockstep

@@ -1,0 +1,157 @@
+#include "lockstep/replica_context.hpp"
+
+#include "collectives/allreduce_packs.hpp"
+#include "strategies/strategy_state.hpp"
+#include "strategies/thread_mode.hpp"
+
+#include <string>
+#include <utility>
+
+namespace lockstep {
+
+namespace {
+
+/// Reduces each column (one per-replica value per leaf) onto its own
+/// replicas' devices, so replica r finds its result on its device.
+std::vector<mirrored<tensor>> reduce_columns(strategy& s, reduce_op op,
+                                             std::vector<per_replica<tensor>> columns) {
+  std::vector<reduce_pair> pairs;
+  pairs.reserve(columns.size());
+  for (auto& column : columns) {
+    destinations where{column};
+    pairs.push_back({std::move(column), std::move(where)});
+  }
+  return s.extended().batch_reduce_to(op, pairs);
+}
+
+/// True when `ctx`'s all_reduce runs on the replica threads: a
+/// slice_all_reduce strategy, called by the replica itself (elsewhere,
+/// merge_call raises TF's context errors).
+bool on_replica_threads(replica_context& ctx) {
+  const auto* mode = detail::current_mode();
+  return ctx.state().replica_collectives && mode != nullptr && mode->replica == &ctx;
+}
+
+} // namespace
+
+namespace detail {
+
+void throw_merge_argument_mismatch(std::size_t replica, const std::type_info& expected) {
+  throw type_error("merge_call: replica " + std::to_string(replica)
+                   + " passed arguments of a different type than replica 0 ("
+                   + expected.name() + ")");
+}
+
+} // namespace detail
+
+strategy replica_context::strategy() const {
+  return state_->handle();
+}
+
+std::size_t replica_context::num_replicas_in_sync() const noexcept {
+  return state_->extended.num_replicas_in_sync();
+}
+
+std::size_t replica_context::replica_id_in_sync_group() const {
+  detail::require_replica_context(*this);
+  return replica_id_;
+}
+
+std::vector<device_spec> replica_context::devices() const {
+  detail::require_replica_context(*this);
+  if (replica_id_ < state_->devices.size())
+    return {state_->devices[replica_id_]};
+  return {current_device()}; // the default strategy runs where it is called
+}
+
+std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
+                                                            const std::vector<tensor>& values,
+                                                            const communication_options& options,
+                                                            const std::string& structure,
+                                                            bool in_place) {
+  detail::require_replica_context(*this);
+  const auto& device = state_->devices[replica_id_];
+  std::vector<tensor> results;
+  results.reserve(values.size());
+  for (const auto& v : values) {
+    if (v.device() != device)
+      throw value_error("all_reduce: " + detail::describe_replica(*state_, replica_id_)
+                        + " passed a tensor on " + v.device().to_string()
+                        + "; a replica reduces tensors on its own device");
+    // Every element is written by the collective, so a fresh result needs
+    // no zeros, and a buffer nobody else sees can take its own result.
+    if (in_place && v.buffer_use_count() == 1)
+      results.push_back(v);
+    else
+      results.push_back(tensor::uninitialized(v.dtype(), v.shape(), device));
+  }
+  const auto& settings = state_->replica_slices->options();
+  auto packing = settings.packing;
+  if (options.bytes_per_pack)
+    packing = {.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0};
+  const auto timeout = options.timeout
+                          ? detail::checked_timeout(*options.timeout, "communication_options")
+                          : collective_timeout_;
+  // The structure of a nest goes into the tag, so replicas that pass
+  // different structures get a value_error, as regroup raises on the
+  // merge_call path.
+  const detail::collective_options collective{
+      timeout, structure.empty() ? options.tag : options.tag + " " + structure,
+      settings.chunk_bytes, collective_epoch_};
+  detail::allreduce_packs(*state_->replica_collectives, replica_id_, op, values, results,
+                          packing, collective, collective_floor_);
+  return results;
+}
+
+std::vector<tensor> replica_context::all_reduce(reduce_op op, const std::vector<tensor>& values,
+                                                const communication_options& options) {
+  if (on_replica_threads(*this))
+    return all_reduce_on_replicas(op, values, options, {}, false);
+  return merge_call(
+    [op](lockstep::strategy& s, const per_replica<std::vector<tensor>>& parts) {
+      return reduce_columns(s, op, regroup(parts));
+    },
+    values);
+}
+
+tensor replica_context::all_reduce(reduce_op op, const tensor& value,
+                                   const communication_options& options) {
+  return all_reduce(op, std::vector<tensor>{value}, options).at(0);
+}
+
+std::vector<tensor> replica_context::all_reduce(reduce_op op, std::vector<tensor>&& values,
+                                                const communication_options& options) {
+  if (on_replica_threads(*this))
+    return all_reduce_on_replicas(op, values, options, {}, true);
+  return all_reduce(op, std::as_const(values), options);
+}
+
+tensor replica_context::all_reduce(reduce_op op, tensor&& value,
+                                   const communication_options& options) {
+  std::vector<tensor> values;
+  values.push_back(std::move(value));
+  return all_reduce(op, std::move(values), options).at(0);
+}
+
+std::string replica_context::collective_flight_record() const {
+  return state_->extended.collective_flight_record();
+}
+
+nest<tensor> replica_context::all_reduce(reduce_op op, const nest<tensor>& value,
+                                         const communication_options& options) {
+  if (on_replica_threads(*this))
+    return value.pack(all_reduce_on_replicas(op, value.flatten(), options,
+                                             "structure " + value.structure_string(), false));
+  return merge_call(
+    [op](lockstep::strategy& s, const per_replica<nest<tensor>>& parts) {
+      auto grouped = regroup(parts); // value_error if structures differ
+      auto reduced = reduce_columns(s, op, grouped.flatten());
+      std::vector<nest<tensor>> out;
+      for (std::size_t r = 0; r < parts.size(); ++r)
+        out.push_back(parts.primary().pack(select_replica(r, reduced)));
+      return per_replica<nest<tensor>>{std::move(out)};
+    },
+    value);
+}
+
+} // namespace lockstep

@@ -1,0 +1,250 @@
+// strategy and strategy_extended: the cross-replica API shared by every
+// strategy. What differs between strategies is the executor (who runs the
+// replicas) and whether reductions are identities (one replica).
+
+#include "lockstep/strategy.hpp"
+
+#include "runtime/error_text.hpp"
+#include "runtime/spin_wait.hpp"
+#include "strategies/strategy_state.hpp"
+#include "strategies/thread_mode.hpp"
+
+#include "runtime/log.hpp"
+
+#include "lockstep/context.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/runtime_options.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <optional>
+
+#include <sstream>
+
+namespace lockstep::detail {
+
+std::vector<std::any>
+call_for_each_replica(strategy_state& state,
+                      std::shared_ptr<const replica_function> fn,
+                      const run_options& options) {
+  auto scope = state.handle().scope(); // checks the context as TF's run does
+  const auto timeout = checked_timeout(options.timeout.value_or(state.timeout), "run_options");
+  // The default strategy is every thread's; the others serve one at a time.
+  std::optional<user_claim> claim;
+  if (state.kind != strategy_kind::default_strategy)
+    claim.emplace(state);
+  state.dispatches.fetch_add(1, std::memory_order_relaxed);
+  return state.executor->run(std::move(fn), timeout);
+}
+
+void throw_non_distributed(reduce_op op, const std::string& value) {
+  throw value_error("A non-distributed value " + value
+                    + " cannot be reduced with the given reduce op " + std::string{to_string(op)}
+                    + ".");
+}
+
+std::vector<device_spec> replica_devices(const strategy_state& state) {
+  if (state.kind == strategy_kind::default_strategy)
+    return {current_device()};
+  return state.devices;
+}
+
+std::size_t replica_id(const replica_context& ctx) {
+  return ctx.replica_id_in_sync_group();
+}
+
+void throw_structure_mismatch(std::size_t replica, const std::string& what,
+                              const std::string& first) {
+  throw value_error("regroup: replica " + std::to_string(replica) + " returned "
+                    + what + " but replica 0 returned " + first);
+}
+
+} // namespace lockstep::detail
+
+namespace lockstep {
+
+using detail::strategy_kind;
+
+namespace {
+
+bool single_replica(const detail::strategy_state& state) {
+  return state.kind != strategy_kind::mirrored;
+}
+
+std::string describe(const tensor& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+} // namespace
+
+// -- scope_guard ------------------------------------------------------------------
+
+scope_guard::~scope_guard() {
+  if (pushed_)
+    detail::pop_mode();
+}
+
+// -- strategy ----------------------------------------------------------------------
+
+scope_guard strategy::scope() const {
+  auto& state = *state_;
+  if (has_strategy()) {
+    if (state.kind == strategy_kind::default_strategy)
+      throw context_error("Must not nest lockstep::strategy scopes.");
+    detail::require_cross_replica_or_default_context(state);
+    return scope_guard{false}; // already in this strategy's scope
+  }
+  detail::push_mode({&state, nullptr});
+  return scope_guard{true};
+}
+
+tensor strategy::reduce_tensor(reduce_op op, const per_replica<tensor>& value) const {
+  detail::require_cross_replica_or_default_context(*state_);
+  return extended().reduce_to(op, value, current_device())[0];
+}
+
+tensor strategy::reduce(reduce_op op, const tensor& value) const {
+  detail::require_cross_replica_or_default_context(*state_);
+  return extended().reduce_to(op, value, current_device())[0];
+}
+
+tensor strategy::reduce(reduce_op op, const per_replica<tensor>& value,
+                        std::int64_t axis) const {
+  detail::require_cross_replica_or_default_context(*state_);
+  if (op != reduce_op::sum && op != reduce_op::mean)
+    throw value_error("reduce along an axis supports sum and mean, not "
+                      + std::string{lockstep::to_string(op)});
+  std::vector<tensor> sums;
+  std::int64_t length = 0;
+  for (const auto& part : value.values()) {
+    const auto rank = static_cast<std::int64_t>(part.rank());
+    if (axis >= rank || axis + rank < 0)
+      throw value_error("`axis` = " + std::to_string(axis)
+                        + " out of range for `value` with rank "
+                        + std::to_string(rank));
+    const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+    length += part.shape()[a];
+    sums.push_back(reduce_sum_axis(part, a));
+  }
+  auto total = reduce_tensor(reduce_op::sum, per_replica<tensor>{std::move(sums)});
+  if (op == reduce_op::sum)
+    return total;
+  if (length == 0 && is_integer(total.dtype()))
+    throw value_error("cannot take the mean of an integer tensor over an empty axis");
+  divide_into(total, length);
+  return total;
+}
+
+std::size_t strategy::num_replicas_in_sync() const noexcept {
+  return extended().num_replicas_in_sync();
+}
+
+strategy_extended& strategy::extended() const noexcept {
+  return state_->extended;
+}
+
+std::string strategy::to_string() const {
+  return state_->name();
+}
+
+// -- strategy_extended -----------------------------------------------------------
+
+std::size_t strategy_extended::num_replicas_in_sync() const noexcept {
+  return state_->kind == strategy_kind::mirrored ? state_->devices.size() : 1;
+}
+
+void strategy_extended::check_reduce_non_distributed(
+  const destinations& destination) const {
+  detail::require_cross_replica_or_default_context(*state_);
+  if (destination.devices().empty())
+    throw value_error("destinations can not be empty");
+}
+
+mirrored<tensor> strategy_extended::reduce_to(reduce_op op,
+                                              const per_replica<tensor>& value,
+                                              const destinations& destination) const {
+  detail::require_cross_replica_or_default_context(*state_);
+  // TF's regroup would have collapsed it into a plain value.
+  if (value.is_single())
+    return reduce_to(op, value.primary(), destination);
+  return state_->ops->reduce(op, value, destination);
+}
+
+mirrored<tensor> strategy_extended::reduce_to(reduce_op op, const tensor& value,
+                                              const destinations& destination) const {
+  check_reduce_non_distributed(destination);
+  // N copies of the value: its MEAN, MIN and MAX are the value itself.
+  if ((op == reduce_op::sum || op == reduce_op::prod) && num_replicas_in_sync() != 1)
+    detail::throw_non_distributed(op, describe(value));
+  return broadcast_to(value, destination);
+}
+
+std::vector<mirrored<tensor>>
+strategy_extended::batch_reduce_to(reduce_op op,
+                                   const std::vector<reduce_pair>& pairs) const {
+  detail::require_cross_replica_or_default_context(*state_);
+  const bool any_single = std::any_of(pairs.begin(), pairs.end(),
+                                      [](const reduce_pair& p) { return p.value.is_single(); });
+  if (!any_single)
+    return state_->ops->batch_reduce(op, pairs);
+  std::vector<mirrored<tensor>> out;
+  for (const auto& p : pairs)
+    out.push_back(reduce_to(op, p.value, p.destination));
+  return out;
+}
+
+mirrored<tensor> strategy_extended::broadcast_to(const tensor& value,
+                                                 const destinations& destination) const {
+  check_reduce_non_distributed(destination);
+  if (single_replica(*state_))
+    return mirrored<tensor>{{value}}; // TF: one device broadcasts to itself
+  return state_->ops->broadcast(value, destination);
+}
+
+const std::vector<device_spec>& strategy_extended::worker_devices() const {
+  if (state_->kind == strategy_kind::default_strategy)
+    throw context_error("worker_devices() method unsupported by default_strategy.");
+  return state_->devices;
+}
+
+const std::vector<device_spec>& strategy_extended::parameter_devices() const {
+  if (state_->kind == strategy_kind::default_strategy)
+    throw context_error("parameter_devices() method unsupported by default_strategy.");
+  return state_->devices;
+}
+
+// Single-process strategies: in-graph, every worker initialises, saves and
+// writes summaries (TF's Mirrored/OneDevice/default values).
+bool strategy_extended::experimental_between_graph() const noexcept {
+  return false;
+}
+
+bool strategy_extended::experimental_should_init() const noexcept {
+  return true;
+}
+
+bool strategy_extended::should_checkpoint() const noexcept {
+  return true;
+}
+
+bool strategy_extended::should_save_summary() const noexcept {
+  return true;
+}
+
+cross_device_ops& strategy_extended::cross_device_ops() const {
+  return *state_->ops;
+}
+
+std::string strategy_extended::collective_flight_record() const {
+  const auto& group = state_->replica_collectives;
+  return group ? group->dump() : std::string{};
+}
+
+std::chrono::milliseconds strategy_extended::timeout() const noexcept {
+  return state_->timeout;
+}
+
+} // namespace lockstep

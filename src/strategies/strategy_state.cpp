@@ -1,0 +1,156 @@
+// strategy_state: the shared state behind a strategy handle (see
+// strategy_state.hpp): its lifetime, its device executors, and who may use
+// its cross-replica API.
+
+#include "strategies/strategy_state.hpp"
+
+#include "runtime/error_text.hpp"
+#include "runtime/log.hpp"
+#include "runtime/spin_wait.hpp"
+
+#include "lockstep/error.hpp"
+#include "lockstep/runtime_options.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+namespace lockstep::detail {
+
+strategy_state::strategy_state(strategy_kind kind, std::vector<device_spec> devices,
+                               std::shared_ptr<cross_device_ops> ops,
+                               std::chrono::milliseconds timeout)
+  : kind(kind), devices(std::move(devices)), ops(std::move(ops)), timeout(timeout) {}
+
+namespace {
+
+/// Stops the replicas, then deletes the state; keeps it (never freed) when
+/// a replica is stuck in user code that may still use it.
+void destroy(strategy_state* s) {
+  if (!s->executor || s->executor->stop()) {
+    delete s;
+    return;
+  }
+  LOCKSTEP_LOG_ERROR("{}: a replica thread still runs user code at shutdown; "
+                     "its strategy is kept alive for it",
+                     s->name());
+  static auto* abandoned = new std::vector<strategy_state*>;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock{mutex};
+  abandoned->push_back(s); // reachable, never freed, on purpose
+}
+
+} // namespace
+
+std::shared_ptr<strategy_state> strategy_state::create(strategy_kind kind,
+                                                       std::vector<device_spec> devices,
+                                                       std::shared_ptr<cross_device_ops> ops,
+                                                       std::chrono::milliseconds timeout) {
+  auto* state = new strategy_state(kind, std::move(devices), std::move(ops), timeout);
+  return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
+    // A posted write's captures may hold the last handle; an executor
+    // cannot join its own thread, so another thread destroys the state.
+    if (s->on_device_executor_thread())
+      std::thread{[s] { destroy(s); }}.detach();
+    else
+      destroy(s);
+  });
+}
+
+detail::device_executor& strategy_state::device_executor(std::size_t device) {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  if (device_executors_.empty()) {
+    // Replica threads are idle while posted writes run.
+    const auto spin = spin_budget(devices.size() + 1);
+    for (const auto& d : devices) {
+      try {
+        device_executors_.push_back(detail::device_executor::of(d, spin));
+      } catch (const std::exception& e) { // std::system_error, or std::bad_alloc
+        const auto started = device_executors_.size();
+        device_executors_.clear(); // lets go of those started here
+        throw resource_error(name() + ": could not start the executor thread of "
+                             + d.to_string() + " (" + std::to_string(started) + " of "
+                             + std::to_string(devices.size()) + " had started): " + e.what());
+      }
+    }
+  }
+  return *device_executors_.at(device);
+}
+
+bool strategy_state::on_device_executor_thread() const {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  return std::any_of(device_executors_.begin(), device_executors_.end(),
+                     [](const auto& e) { return e->on_this_thread(); });
+}
+
+void strategy_state::drain_device_executors() {
+  std::vector<detail::device_executor*> executors;
+  {
+    std::lock_guard<std::mutex> lock{variables_mutex_};
+    for (const auto& e : device_executors_)
+      executors.push_back(e.get());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto* e : executors)
+    if (!e->drain(deadline))
+      throw timeout_error(name() + ": the writes posted to " + e->device().to_string()
+                          + " did not finish within " + std::to_string(timeout.count())
+                          + " ms");
+}
+
+void strategy_state::record_write_failure(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  if (!write_failure_)
+    write_failure_ = std::move(error);
+}
+
+std::exception_ptr strategy_state::take_write_failure() {
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  return std::exchange(write_failure_, nullptr);
+}
+
+std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout, const char* what) {
+  if (timeout.count() <= 0 || timeout > runtime_options::max_timeout)
+    throw value_error(std::string{what} + ": the timeout must be greater than 0 and at most 1e9 s, got "
+                      + std::to_string(timeout.count()) + " ms");
+  return timeout;
+}
+
+std::string strategy_state::name() const {
+  switch (kind) {
+    case strategy_kind::default_strategy:
+      return "default_strategy";
+    case strategy_kind::one_device:
+      return "one_device_strategy(" + devices.at(0).to_string() + ")";
+    case strategy_kind::mirrored:
+      break;
+  }
+  std::vector<std::string> names;
+  for (const auto& d : devices)
+    names.push_back(d.to_string());
+  return "mirrored_strategy(" + joined_list(names) + ")";
+}
+
+user_claim::user_claim(strategy_state& state) : state_(state) {
+  const auto me = std::this_thread::get_id();
+  auto expected = std::thread::id{};
+  if (!state.user.compare_exchange_strong(expected, me) && expected != me)
+    throw context_error(state.name() + " is in use by another thread: a "
+                        "strategy's cross-replica API is used from one thread "
+                        "at a time");
+  ++state.user_depth;
+}
+
+user_claim::~user_claim() {
+  if (--state_.user_depth == 0)
+    state_.user.store(std::thread::id{});
+}
+
+std::string describe_replica(const strategy_state& state, std::size_t replica) {
+  std::string out = "replica " + std::to_string(replica);
+  if (replica < state.devices.size())
+    out += " (" + state.devices[replica].to_string() + ")";
+  return out;
+}
+
+} // namespace lockstep::detail

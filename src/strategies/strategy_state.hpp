@@ -1,0 +1,146 @@
+#pragma once
+
+// The shared state behind a strategy handle, and the executor interface that
+// runs replica functions. Internal: not installed.
+
+#include "lockstep/cross_device_ops.hpp"
+#include "lockstep/device_spec.hpp"
+#include "lockstep/replica_context.hpp"
+#include "lockstep/strategy.hpp"
+
+#include "collectives/collective_group.hpp"
+#include "devices/device_executor.hpp"
+
+#include <any>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace lockstep::detail {
+
+/// Runs a replica function once per replica and gathers the results.
+class replica_executor {
+public:
+  virtual ~replica_executor() = default;
+
+  /// Results in replica order. Rethrows a replica's exception; throws
+  /// timeout_error when a replica does not return or reach `merge_call`
+  /// within `timeout`.
+  virtual std::vector<std::any> run(std::shared_ptr<const replica_function> fn,
+                                    std::chrono::milliseconds timeout)
+    = 0;
+
+  /// Stops the replicas (bounded wait). False when a replica thread still
+  /// runs user code, which may use the strategy's state: the state must then
+  /// outlive it.
+  virtual bool stop() noexcept { return true; }
+};
+
+enum class strategy_kind { default_strategy, one_device, mirrored };
+
+/// A call's replica collectives are numbered from (call number) << this,
+/// so every call starts above all earlier ones (replica_context::
+/// begin_collectives) and a failed call's collectives can be cancelled
+/// (collective_group::cancel_below) without touching later calls'.
+inline constexpr unsigned collectives_per_call_bits = 20;
+
+struct strategy_state : std::enable_shared_from_this<strategy_state> {
+  /// The state of a new strategy. When the last handle goes, the replicas
+  /// stop and the state is deleted, unless a replica is still stuck in user
+  /// code: then the state is kept (never freed) so that code stays valid.
+  static std::shared_ptr<strategy_state> create(strategy_kind kind,
+                                                std::vector<device_spec> devices,
+                                                std::shared_ptr<cross_device_ops> ops,
+                                                std::chrono::milliseconds timeout);
+
+  strategy_state(strategy_kind kind, std::vector<device_spec> devices,
+                 std::shared_ptr<cross_device_ops> ops,
+                 std::chrono::milliseconds timeout);
+
+  strategy_state(const strategy_state&) = delete;
+  strategy_state& operator=(const strategy_state&) = delete;
+
+  /// "mirrored_strategy(<devices>)", used in error messages.
+  std::string name() const;
+
+  lockstep::strategy handle() { return lockstep::strategy{shared_from_this()}; }
+
+  const strategy_kind kind;
+  const std::vector<device_spec> devices;
+  const std::shared_ptr<cross_device_ops> ops;
+  const std::chrono::milliseconds timeout;
+  strategy_extended extended{*this};
+
+  /// The thread using the cross-replica API right now, and its nesting depth
+  /// (a `run` inside a merge function is nested on the same thread).
+  std::atomic<std::thread::id> user;
+  int user_depth = 0;
+
+  /// How many replica dispatches (`call_for_each_replica`) this strategy
+  /// has made: one per `run`, one per multi-step loop. For tests.
+  std::atomic<std::uint64_t> dispatches{0};
+
+  // -- variables ----------------------------------------------------------
+
+  /// The executor of device `device` (an index into `devices`), which runs
+  /// the copies of variables there; started on first use.
+  detail::device_executor& device_executor(std::size_t device);
+
+  /// True on one of this strategy's device executor threads.
+  bool on_device_executor_thread() const;
+
+  /// Waits until every write posted so far to the device executors has run;
+  /// timeout_error after the strategy's timeout.
+  void drain_device_executors();
+
+  /// Records a posted write that threw (for `synchronize()`).
+  void record_write_failure(std::exception_ptr error);
+  /// The first write failure recorded since the last call, if any.
+  std::exception_ptr take_write_failure();
+
+  /// Where replica_context::all_reduce meets when the strategy's
+  /// cross_device_ops is a slice_all_reduce (`replica_slices`): the
+  /// replica threads are the ranks. Null otherwise.
+  std::shared_ptr<collective_group> replica_collectives;
+  const slice_all_reduce* replica_slices = nullptr;
+
+  /// Runs the replicas; stopped before the rest of the state is destroyed.
+  std::unique_ptr<replica_executor> executor;
+
+private:
+  mutable std::mutex variables_mutex_;
+  std::vector<std::shared_ptr<detail::device_executor>> device_executors_;
+  std::exception_ptr write_failure_;
+};
+
+/// The process-wide default strategy (never destroyed).
+strategy_state& default_strategy_state();
+
+/// RAII claim of a strategy's cross-replica API by the calling thread;
+/// context_error when another thread holds it.
+class user_claim {
+public:
+  explicit user_claim(strategy_state& state);
+  ~user_claim();
+  user_claim(const user_claim&) = delete;
+  user_claim& operator=(const user_claim&) = delete;
+
+private:
+  strategy_state& state_;
+};
+
+/// `timeout` if it is a valid deadline (> 0, at most
+/// runtime_options::max_timeout), else value_error naming `what`.
+std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout,
+                                          const char* what);
+
+/// "replica 1 (/job:localhost/replica:0/task:0/device:CPU:1)"
+std::string describe_replica(const strategy_state& state, std::size_t replica);
+
+} // namespace lockstep::detail
