@@ -1,12 +1,12 @@
 #pragma once
 
-// device_executor: the thread of one device that runs the variable copys
+// device_executor: the thread of one device that runs the variable copies
 // placed on it (variables/variable_copy.hpp). Writes to a distributed variable
 // are posted to the executor of each of its devices, so the copies are
 // updated in parallel, one thread per device, while the caller goes on.
 //
 // Tasks run one at a time in the order they were posted (FIFO). A task must
-// not throw; variable copys catch and record their writes' failures. The
+// not throw; variable copies catch and record their writes' failures. The
 // executor is lockstep's own code, not a CAF actor: CAF's scheduler neither
 // keeps work on one thread per device nor wakes fast enough for one message
 // per variable write, and the executor is tested under ThreadSanitizer.
