@@ -326,8 +326,8 @@ void coordinator::fail(call& c, std::exception_ptr error) {
   abort_merging(c);
   // Replicas waiting in an all_reduce of this call (or a later nested one)
   // unwind too; calls after this one are numbered above the cancelled ones.
-  if (auto& group = state_.replica_collectives)
-    group->cancel_below((next_seq_ + 1) << detail::collectives_per_call_bits,
+  if (const auto& communicator = state_.collectives.communicator)
+    communicator->session().cancel_below((next_seq_ + 1) << detail::collectives_per_call_bits,
                         std::make_exception_ptr(replica_aborted{}));
 }
 
@@ -342,7 +342,8 @@ void coordinator::abort_merging(call& c) {
 
 void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
   std::vector<std::string> stalled, merging_replicas;
-  const auto& group = state_.replica_collectives;
+  auto* group = state_.collectives.communicator ? &state_.collectives.communicator->session()
+                                                : nullptr;
   const auto first_collective = c.seq << detail::collectives_per_call_bits;
   for (std::size_t r = 0; r < c.phases.size(); ++r) {
     // A replica waiting in an all_reduce of this call is not stalled: the

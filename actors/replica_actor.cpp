@@ -62,9 +62,9 @@ void replica_actor::execute(run_message& msg) {
   // merge_call check). A replica that threw does not depart: its exception
   // is the call's error, and the coordinator's cancel unwinds the others.
   // An outer call's collectives go on in the outer call.
-  if (auto& group = state_.replica_collectives) {
+  if (const auto& communicator = state_.collectives.communicator) {
     if (!result.error && !result.aborted)
-      group->depart(replica_, msg.seq);
+      communicator->session().depart(replica_, msg.seq);
     context_.begin_collectives(0, 2 * outer_timeout, outer_seq);
   }
   detail::current_replica_creations() = outer_creations;
@@ -115,8 +115,9 @@ std::any replica_actor::merge(std::any args,
   if (reply) {
     // A nested call that failed while this one was paused cancelled the
     // collectives numbered below its end; carry on above them.
-    if (auto& group = state_.replica_collectives)
-      context_.begin_collectives(group->cancelled_below(), 2 * current_timeout_, seq);
+    if (const auto& communicator = state_.collectives.communicator)
+      context_.begin_collectives(communicator->session().cancelled_below(),
+                                 2 * current_timeout_, seq);
     return std::move(*reply);
   }
   if (unwind)

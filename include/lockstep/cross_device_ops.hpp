@@ -15,6 +15,11 @@
 
 namespace lockstep {
 
+namespace detail {
+struct replica_collectives;
+struct cross_device_ops_access;
+} // namespace detail
+
 /// Where a reduction or broadcast delivers its result (TF's `destinations`):
 /// the devices of a distributed value, the device of a tensor, or a device
 /// string. An empty device list is an error ("destinations can not be
@@ -85,6 +90,16 @@ protected:
   virtual mirrored<tensor>
   broadcast_implementation(const tensor& value,
                            const destinations& destination);
+
+private:
+  friend struct detail::cross_device_ops_access;
+
+  /// How a strategy's replica threads run replica_context::all_reduce
+  /// among themselves, one rank per device of `devices`, without the
+  /// coordinator: the communicator and its default options. The default,
+  /// no communicator, sends all_reduce through merge_call and batch_reduce.
+  virtual detail::replica_collectives
+  replica_collectives(const std::vector<device_spec>& devices, const std::string& name) const;
 };
 
 /// TF's ReductionToOneDevice: gathers every component on one device
@@ -170,6 +185,10 @@ protected:
   batch_reduce_implementation(reduce_op op, const std::vector<reduce_pair>& pairs) override;
 
 private:
+  detail::replica_collectives
+  replica_collectives(const std::vector<device_spec>& devices,
+                      const std::string& name) const override;
+
   std::unique_ptr<detail::slice_all_reduce_state> state_;
 };
 

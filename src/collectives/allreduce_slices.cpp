@@ -119,23 +119,6 @@ void reduce_inline(const collective_group& group, std::uint64_t seq, std::size_t
                 static_cast<std::int64_t>(count));
 }
 
-template <class Work>
-void dispatch_op(reduce_op op, Work work) {
-  switch (op) {
-    case reduce_op::sum:
-      return work(std::integral_constant<reduce_op, reduce_op::sum>{});
-    case reduce_op::mean:
-      return work(std::integral_constant<reduce_op, reduce_op::mean>{});
-    case reduce_op::min:
-      return work(std::integral_constant<reduce_op, reduce_op::min>{});
-    case reduce_op::max:
-      return work(std::integral_constant<reduce_op, reduce_op::max>{});
-    case reduce_op::prod:
-      return work(std::integral_constant<reduce_op, reduce_op::prod>{});
-  }
-  throw value_error("allreduce_slices: invalid reduce_op");
-}
-
 /// Elements in the concatenation of `inputs`.
 std::size_t total_elements(std::span<const tensor> inputs) {
   std::size_t total = 0;
@@ -243,7 +226,8 @@ void fill_fingerprint(collective_fingerprint& f, std::uint64_t seq, reduce_op op
 void allreduce_inline(collective_group& group, std::size_t rank, reduce_op op,
                       const allreduce_buffers& mine, std::size_t end,
                       const collective_fingerprint& fingerprint,
-                      collective_group::clock::time_point deadline) {
+                      collective_group::clock::time_point deadline,
+                      const std::exception_ptr& failure) {
   alignas(64) std::byte mine_copy[collective_group::inline_capacity];
   alignas(64) std::byte result[collective_group::inline_capacity];
   const auto element_size = size_of(fingerprint.dtype);
@@ -254,7 +238,7 @@ void allreduce_inline(collective_group& group, std::size_t rank, reduce_op op,
                                     + offset * element_size, count * element_size);
     at += count * element_size;
   });
-  group.arrive_inline(rank, fingerprint, deadline, mine_copy, at);
+  group.arrive_inline(rank, fingerprint, deadline, mine_copy, at, failure);
   if (at == 0)
     return;
   visit_dtype(fingerprint.dtype, [&]<class T>(T) {
@@ -300,7 +284,7 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
                           ? 0
                           : std::max(chunk_elements, elements / (slices_per_rank * group.size()));
   if (fingerprint.inline_data) {
-    allreduce_inline(group, rank, op, mine, end, fingerprint, deadline);
+    allreduce_inline(group, rank, op, mine, end, fingerprint, deadline, options.failure);
     return;
   }
   thread_local published_buffers published;
@@ -316,9 +300,11 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
   const auto slice = fingerprint.slice;
   const auto slices = (elements + slice - 1) / slice;
 
-  // Only growing the scratch block can throw here; a rank that cannot do
-  // its share would leave the others waiting, so it breaks the group.
-  try {
+  // Only growing the scratch block can throw here. A rank that cannot do
+  // its share still meets the others at the barrier and reports why, and
+  // the collective fails on every rank (the others claim its slices).
+  std::exception_ptr failure = options.failure;
+  if (!failure) try {
     if (!mine.inputs.empty())
       visit_dtype(fingerprint.dtype, [&]<class T>(T) {
         dispatch_op(op, [&](auto op_constant) {
@@ -330,11 +316,9 @@ void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,
         });
       });
   } catch (...) {
-    group.abort(std::current_exception());
-    throw;
+    failure = std::current_exception();
   }
-
-  group.wait_all_done(rank, fingerprint.seq, deadline);
+  group.wait_all_done(rank, fingerprint.seq, deadline, std::move(failure));
 }
 
 void allreduce_slices(collective_group& group, std::size_t rank, reduce_op op,

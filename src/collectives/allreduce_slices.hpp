@@ -54,26 +54,11 @@
 #include <string>
 
 #include "collectives/collective_group.hpp"
+#include "collectives/collective_options.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 
 namespace lockstep::detail {
-
-/// Options every collective takes.
-struct collective_options {
-  /// How long a rank waits for the others, at the rendezvous and at the
-  /// barrier, before it throws timeout_error.
-  std::chrono::milliseconds timeout{std::chrono::seconds{60}};
-  /// Names the collective in fingerprints, errors and the flight recorder;
-  /// all ranks must pass the same tag.
-  std::string tag;
-  /// Test-only: bytes per chunk, so small tensors reach the multi-chunk
-  /// path; 0 means the default (default_chunk_bytes). Rounded down to whole
-  /// elements, at least one.
-  std::size_t chunk_bytes = 0;
-  /// The caller's epoch (collective_fingerprint::epoch); 0 for none.
-  std::uint64_t epoch = 0;
-};
 
 /// What a batch of tensors is, for fingerprints: its number of tensors and
 /// hashes of their dtypes and of their shapes.

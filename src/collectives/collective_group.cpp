@@ -67,7 +67,7 @@ std::uint64_t digest_of(const collective_fingerprint& f) noexcept {
 
 std::string_view outcome_name(int state) {
   constexpr std::string_view names[] = {"running", "completed", "mismatch", "timed out",
-                                        "cancelled"};
+                                        "cancelled", "failed"};
   return names[state];
 }
 
@@ -87,8 +87,11 @@ struct alignas(64) collective_group::rank_slot {
     std::atomic<std::uint64_t> seq{0};
     std::uint64_t digest = 0;
     std::byte data[inline_capacity];
+    /// Why the rank could not do its share of collective `seq` (fail()),
+    /// or null.
+    std::exception_ptr failure;
   };
-  static_assert(sizeof(area) == 256);
+  static_assert(sizeof(area) == 320);
 
   std::atomic<std::uint64_t> arrived{0};
   std::atomic<std::uint64_t> finished{0};
@@ -99,6 +102,8 @@ struct alignas(64) collective_group::rank_slot {
   std::atomic<std::uint64_t> departed{0};
   /// The last collective this rank saw start (its own thread only).
   std::uint64_t started = 0;
+  /// failures_ when this rank last looked (its own thread only).
+  std::uint64_t failures_seen = 0;
   /// The area of the rank's last arrival (its own thread only).
   unsigned current_area = 1;
   area areas[2];
@@ -106,34 +111,6 @@ struct alignas(64) collective_group::rank_slot {
   collective_fingerprint fingerprint;
   const void* payload = nullptr;
 };
-
-// -- collective_fingerprint ---------------------------------------------------
-
-std::size_t collective_fingerprint::bytes() const {
-  std::size_t elements = 1;
-  for (auto dim : shape)
-    elements *= static_cast<std::size_t>(dim);
-  return elements * size_of(dtype);
-}
-
-std::string collective_fingerprint::to_string() const {
-  return op + " #" + std::to_string(seq) + details(false);
-}
-
-std::string collective_fingerprint::details(bool with_bytes) const {
-  std::string text;
-  if (!reduction.empty())
-    text += " " + reduction;
-  text += " " + std::string(lockstep::to_string(dtype));
-  if (tensors != 1 || layout != 0)
-    text += " pack of " + std::to_string(tensors) + " tensors";
-  text += " " + shape_to_string(shape);
-  if (with_bytes)
-    text += " " + std::to_string(bytes()) + " B";
-  if (!tag.empty())
-    text += " tag '" + tag + "'";
-  return text;
-}
 
 // -- collective_group ---------------------------------------------------------
 
@@ -221,12 +198,11 @@ bool collective_group::wait_until(Ready ready, clock::time_point deadline) {
 }
 
 bool collective_group::may_be_refused(std::uint64_t seq) const noexcept {
-  return seq < cancelled_below_.load() || has_timeouts_.load() || aborted_flag_.load();
+  return seq < cancelled_below_.load() || has_timeouts_.load();
 }
 
 bool collective_group::newly_refused(std::uint64_t seq, std::uint64_t timeouts_seen) const noexcept {
-  return seq < cancelled_below_.load() || aborted_flag_.load()
-         || timeouts_added_.load() != timeouts_seen;
+  return seq < cancelled_below_.load() || timeouts_added_.load() != timeouts_seen;
 }
 
 const collective_group::timed_out_collective*
@@ -238,7 +214,7 @@ collective_group::find_timed_out(std::uint64_t seq) const {
 }
 
 bool collective_group::refused(std::uint64_t seq) const {
-  return aborted_ || seq < cancelled_below_.load() || find_timed_out(seq) != nullptr;
+  return seq < cancelled_below_.load() || find_timed_out(seq) != nullptr;
 }
 
 void collective_group::throw_if_finished_late(std::size_t rank, std::uint64_t seq) const {
@@ -250,8 +226,6 @@ void collective_group::throw_if_finished_late(std::size_t rank, std::uint64_t se
 
 void collective_group::throw_if_refused(std::size_t rank, std::uint64_t seq,
                                         const collective_fingerprint& mine, bool late_arrival) {
-  if (aborted_)
-    std::rethrow_exception(aborted_);
   if (seq < cancelled_below_.load())
     std::rethrow_exception(cancel_reason_);
   if (const auto* t = find_timed_out(seq))
@@ -309,7 +283,7 @@ void collective_group::arrive(std::size_t rank, const collective_fingerprint& mi
 
 void collective_group::arrive_inline(std::size_t rank, const collective_fingerprint& mine,
                                      clock::time_point deadline, const void* data,
-                                     std::size_t bytes) {
+                                     std::size_t bytes, std::exception_ptr failure) {
   check_rank(rank, "arrive_inline");
   if (bytes > inline_capacity)
     throw value_error("collective_group '" + tag_ + "': arrive_inline of " + std::to_string(bytes)
@@ -318,22 +292,41 @@ void collective_group::arrive_inline(std::size_t rank, const collective_fingerpr
   auto& slot = slots_[rank];
   slot.inside.store(true);
   try {
-    rendezvous(rank, mine, deadline, nullptr, data, bytes);
+    rendezvous(rank, mine, deadline, nullptr, data, bytes, std::move(failure));
   } catch (...) {
     slot.inside.store(false);
     throw;
   }
   slot.finished.store(mine.seq, std::memory_order_relaxed);
   slot.inside.store(false, std::memory_order_release);
+  if (auto reason = failure_of(rank, mine.seq)) {
+    if (rank == 0)
+      record_end(mine.seq, outcome::failed);
+    std::rethrow_exception(reason);
+  }
+}
+
+std::exception_ptr collective_group::failure_of(std::size_t rank, std::uint64_t seq) {
+  auto& seen = slots_[rank].failures_seen;
+  const auto failures = failures_.load();
+  if (failures == seen)
+    return nullptr;
+  seen = failures;
+  // Each rank's area for `seq` stays as it is until that rank arrives at a
+  // later collective, which it cannot do before `rank` has too.
+  for (std::size_t r = 0; r < participants_; ++r) {
+    const auto& areas = slots_[r].areas;
+    const auto& area = areas[areas[0].seq.load(std::memory_order_relaxed) == seq ? 0 : 1];
+    if (area.seq.load(std::memory_order_relaxed) == seq && area.failure)
+      return area.failure;
+  }
+  return nullptr;
 }
 
 void collective_group::rendezvous(std::size_t rank, const collective_fingerprint& mine,
                                   clock::time_point deadline, const void* payload,
-                                  const void* inline_data, std::size_t inline_bytes) {
-  if (aborted_flag_.load()) {
-    std::lock_guard lock{mutex_};
-    std::rethrow_exception(aborted_);
-  }
+                                  const void* inline_data, std::size_t inline_bytes,
+                                  std::exception_ptr failure) {
   auto& slot = slots_[rank];
   const auto seq = mine.seq;
   if (seq <= slot.arrived.load(std::memory_order_relaxed))
@@ -358,6 +351,9 @@ void collective_group::rendezvous(std::size_t rank, const collective_fingerprint
   area.digest = digest;
   if (inline_bytes > 0)
     std::memcpy(area.data, inline_data, inline_bytes);
+  area.failure = std::move(failure);
+  if (area.failure)
+    failures_.fetch_add(1); // before the arrival below, which publishes it
   area.seq.store(seq, std::memory_order_relaxed);
   // Every claim of the last collective that this rank made happened before
   // this; every claim of this one will happen after it started, which
@@ -512,19 +508,19 @@ std::size_t collective_group::claim(std::uint64_t seq) {
   const auto piece = claims_.fetch_add(1);
   // The count is reset only by an arrival at a later collective, which a
   // rank of `seq` makes after it left `seq`: only after `seq` timed out (a
-  // started collective otherwise holds every rank to its barrier) or the
-  // group aborted. Both are marked (seq_cst) before that rank moves on, so
-  // a claim that read a reset count sees the mark below.
-  if (has_timeouts_.load() || aborted_flag_.load()) {
+  // started collective otherwise holds every rank to its barrier). That is
+  // marked (seq_cst) before that rank moves on, so a claim that
+  // read a reset count sees the mark below.
+  if (has_timeouts_.load()) {
     std::lock_guard lock{mutex_};
-    if (aborted_ || find_timed_out(seq) != nullptr)
+    if (find_timed_out(seq) != nullptr)
       return no_claim;
   }
   return piece;
 }
 
 void collective_group::wait_all_done(std::size_t rank, std::uint64_t seq,
-                                     clock::time_point deadline) {
+                                     clock::time_point deadline, std::exception_ptr failure) {
   check_rank(rank, "wait_all_done");
   auto& slot = slots_[rank];
   if (slot.started != seq || slot.finished.load(std::memory_order_relaxed) >= seq) {
@@ -536,22 +532,27 @@ void collective_group::wait_all_done(std::size_t rank, std::uint64_t seq,
                       + " called wait_all_done for #" + std::to_string(seq)
                       + " without a successful arrive()");
   }
+  if (failure) {
+    slot.areas[slot.current_area].failure = std::move(failure);
+    failures_.fetch_add(1); // before this rank's finish, which publishes it
+  }
+  std::exception_ptr reason;
   try {
-    finish(rank, seq, deadline, outcome::completed);
+    reason = finish(rank, seq, deadline, outcome::completed);
   } catch (...) {
     slot.inside.store(false);
     throw;
   }
   slot.inside.store(false);
+  if (reason)
+    std::rethrow_exception(reason);
 }
 
-void collective_group::finish(std::size_t rank, std::uint64_t seq, clock::time_point deadline,
-                              outcome result) {
+std::exception_ptr collective_group::finish(std::size_t rank, std::uint64_t seq,
+                                            clock::time_point deadline, outcome result) {
   auto& slot = slots_[rank];
   if (may_be_refused(seq)) {
     std::lock_guard lock{mutex_};
-    if (aborted_)
-      std::rethrow_exception(aborted_);
     throw_if_finished_late(rank, seq);
   }
   slot.finished.store(seq);
@@ -570,19 +571,17 @@ void collective_group::finish(std::size_t rank, std::uint64_t seq, clock::time_p
     const auto timeouts_seen = timeouts_added_.load();
     const bool ready = wait_until(
         [&] {
-          return finishes_.load() == done || aborted_flag_.load()
-                 || timeouts_added_.load() != timeouts_seen;
+          return finishes_.load() == done || timeouts_added_.load() != timeouts_seen;
         },
         deadline);
     if (finishes_.load() == done) {
+      auto reason = failure_of(rank, seq);
       if (rank == 0)
-        record_end(seq, result);
-      return;
+        record_end(seq, reason && result == outcome::completed ? outcome::failed : result);
+      return reason;
     }
-    if (aborted_flag_.load() || timeouts_added_.load() != timeouts_seen) {
+    if (timeouts_added_.load() != timeouts_seen) {
       std::lock_guard lock{mutex_};
-      if (aborted_)
-        std::rethrow_exception(aborted_);
       if (const auto* t = find_timed_out(seq))
         throw timeout_error(t->message);
     }
@@ -599,8 +598,6 @@ void collective_group::time_out(std::uint64_t seq, const collective_fingerprint&
     // The last rank may have finished since the caller looked.
     if (barrier && finishes_.load() == pack(seq, participants_))
       return;
-    if (aborted_)
-      std::rethrow_exception(aborted_);
     if (const auto* t = find_timed_out(seq))
       throw timeout_error(t->message);
     prune_timed_out();
@@ -703,18 +700,6 @@ void collective_group::cancel_below(std::uint64_t seq, std::exception_ptr reason
                             : std::make_exception_ptr(
                                 error("collective_group '" + tag_ + "': collective cancelled"));
     cancelled_below_.store(seq);
-  }
-  publish();
-}
-
-void collective_group::abort(std::exception_ptr reason) {
-  {
-    std::lock_guard lock{mutex_};
-    if (!aborted_)
-      aborted_ = reason ? reason
-                        : std::make_exception_ptr(
-                              error("collective_group '" + tag_ + "' was aborted"));
-    aborted_flag_.store(true);
   }
   publish();
 }

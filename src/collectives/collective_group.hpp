@@ -28,7 +28,7 @@
 // swap) and one counts the finishes. The arrival that makes the count N
 // starts the collective, and a started collective always runs to its
 // barrier: every rank of it has arrived and none can withdraw. A rank that
-// gives up waiting (deadline, cancel, abort) withdraws its arrival with a
+// gives up waiting (deadline, cancel) withdraws its arrival with a
 // compare and swap that fails if the collective started meanwhile, so
 // either all ranks run it or none does. The group's mutex is taken only to
 // record a collective, on error paths, and to sleep.
@@ -58,8 +58,13 @@
 // `cancel_below(seq)` withdraws every collective below `seq` that has not
 // started: ranks waiting in one, or arriving at one later, throw the given
 // reason (a strategy cancels the collectives of a failed call this way).
-// `abort()` breaks the group for good: every waiting rank, and every later
-// call, rethrows the abort reason.
+//
+// A rank that cannot do its share of a collective it arrived at (its work
+// threw, or an earlier stage of a composed collective failed) still meets
+// the others and reports why (`wait_all_done` or `arrive_inline` with a
+// failure): the collective then fails on every rank, each rethrowing the
+// reason of the lowest failed rank after the barrier, with its buffers
+// unspecified. The group stays usable: the next collective runs normally.
 
 #include <atomic>
 #include <chrono>
@@ -73,82 +78,15 @@
 #include <string_view>
 #include <vector>
 
-#include "lockstep/dtype.hpp"
-#include "lockstep/tensor.hpp"
+#include "collectives/collective_fingerprint.hpp"
+#include "collectives/collective_session.hpp"
 
 namespace lockstep::detail {
 
-/// A 64-bit hash of values and strings for fingerprints: each value is
-/// mixed in with splitmix64's finaliser, so every input bit reaches every
-/// hash bit.
-struct fingerprint_hash {
-  std::uint64_t hash = 14695981039346656037ull;
-  void operator()(std::uint64_t value) noexcept {
-    auto z = hash ^ (value + 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    hash = z ^ (z >> 31);
-  }
-  void operator()(std::string_view text) noexcept {
-    for (unsigned char c : text)
-      (*this)(c);
-    (*this)(text.size());
-  }
-};
-
-/// What a rank issued: two ranks may only run a collective together when
-/// their fingerprints are equal.
-struct collective_fingerprint {
-  /// The rank's sequence number for this collective (from 1 up).
-  std::uint64_t seq = 0;
-  /// The collective, e.g. "all_reduce".
-  std::string op;
-  /// How elements combine, e.g. "sum"; empty for collectives that do not.
-  std::string reduction;
-  lockstep::dtype dtype = lockstep::dtype::f32;
-  /// The tensor's shape; for a pack of several tensors, {elements}.
-  shape_t shape;
-  /// The caller's tag (collective_options::tag); may be empty.
-  std::string tag;
-  /// How many tensors a pack holds (1 for a plain tensor).
-  std::size_t tensors = 1;
-  /// For a pack: a hash of its tensors' shapes and element range, so packs
-  /// of the same size but different layouts differ.
-  std::uint64_t layout = 0;
-  /// The batch the collective is a pack of (the whole batch, so that ranks
-  /// whose batches differ are told how, even when their packs differ): its
-  /// number of tensors and hashes of their dtypes and of their shapes.
-  std::size_t batch_tensors = 0;
-  std::uint64_t batch_dtypes = 0;
-  std::uint64_t batch_shapes = 0;
-  /// The caller's epoch (a strategy's run call), 0 for none: a rank that
-  /// departs this epoch (collective_group::depart) will not come.
-  std::uint64_t epoch = 0;
-  /// True for a collective whose ranks publish their data inline
-  /// (collective_group::arrive_inline); it must be the same on every rank.
-  bool inline_data = false;
-  /// Elements per claimed slice (allreduce_slices), which depends on the
-  /// chunk size; 0 where there are none. It must be the same on every rank.
-  std::size_t slice = 0;
-
-  /// The bytes of one rank's data: elements of `shape` times the dtype size.
-  std::size_t bytes() const;
-
-  /// "all_reduce #3 sum float32 [4]" (a pack: "... float32 pack of 3
-  /// tensors [20]"), then " tag 'x'" when tagged.
-  std::string to_string() const;
-
-  /// What follows the op and sequence number in to_string() (and, with the
-  /// bytes, in the flight recorder): " sum float32 [4] tag 'x'".
-  std::string details(bool with_bytes) const;
-
-  friend bool operator==(const collective_fingerprint&, const collective_fingerprint&) = default;
-};
-
 /// N participants that meet for each collective; see the file comment.
 /// Thread-safe: each rank calls from its own thread, any thread may call
-/// `dump()`, `stall_report()`, `cancel_below()` or `abort()`.
-class collective_group {
+/// `dump()`, `stall_report()` or `cancel_below()`.
+class collective_group final : public collective_session {
 public:
   using clock = std::chrono::steady_clock;
 
@@ -172,7 +110,7 @@ public:
   collective_group& operator=(const collective_group&) = delete;
 
   /// The number of participants.
-  std::size_t size() const noexcept { return participants_; }
+  std::size_t size() const noexcept override { return participants_; }
 
   /// The group's name in messages.
   const std::string& tag() const noexcept { return tag_; }
@@ -180,7 +118,7 @@ public:
   /// The sequence number `rank` should put in its next fingerprint: one more
   /// than the last it arrived with (1 for its first collective). Called by
   /// the rank's own thread.
-  std::uint64_t next_seq(std::size_t rank) const;
+  std::uint64_t next_seq(std::size_t rank) const override;
 
   // -- one collective -----------------------------------------------------------
 
@@ -193,8 +131,7 @@ public:
   /// fingerprint. Throws timeout_error past `deadline` or when the
   /// collective already timed out (see the file comment); value_error for a
   /// rank out of range or a sequence number not above the rank's last one;
-  /// the cancel reason for a cancelled collective; the abort reason after
-  /// abort().
+  /// the cancel reason for a cancelled collective.
   void arrive(std::size_t rank, const collective_fingerprint& mine, clock::time_point deadline,
               const void* payload = nullptr);
 
@@ -207,8 +144,11 @@ public:
   /// wait_all_done()). The other ranks' copies are then readable with
   /// inline_data() until `rank` arrives at its next collective. Throws as
   /// arrive(), and value_error for more than inline_capacity bytes.
+  /// `failure`: `rank` has no valid data; once every rank arrived, the
+  /// collective fails on every rank with it (see the file comment).
   void arrive_inline(std::size_t rank, const collective_fingerprint& mine,
-                     clock::time_point deadline, const void* data, std::size_t bytes);
+                     clock::time_point deadline, const void* data, std::size_t bytes,
+                     std::exception_ptr failure = nullptr);
 
   /// The copy `rank` published for collective `seq` with arrive_inline();
   /// valid as that function says.
@@ -222,7 +162,7 @@ public:
   /// share out a collective's slices as they come. Call it between a
   /// successful arrive() and wait_all_done(); every non-inline arrival
   /// resets the count before it counts itself in, so it starts at 0 in every
-  /// collective. no_claim once `seq` timed out or the group aborted: a rank
+  /// collective. no_claim once `seq` timed out: a rank
   /// that left a timed-out collective may already have reset the count for
   /// its next one, and the buffers of `seq` may be gone.
   std::size_t claim(std::uint64_t seq);
@@ -232,51 +172,49 @@ public:
   const void* payload(std::size_t rank) const noexcept;
 
   /// Marks `rank` done with its share of collective `seq` (after a
-  /// successful arrive()) and waits until every rank is. Throws
-  /// timeout_error past `deadline` or when the collective already timed out,
-  /// value_error without a successful arrive(), the abort reason after
-  /// abort().
-  void wait_all_done(std::size_t rank, std::uint64_t seq, clock::time_point deadline);
+  /// successful arrive()) and waits until every rank is. `failure`: `rank`
+  /// could not do its share; the collective then fails on every rank (see
+  /// the file comment), which rethrow the lowest failed rank's reason.
+  /// Throws timeout_error past `deadline` or when the collective already
+  /// timed out, value_error without a successful arrive().
+  void wait_all_done(std::size_t rank, std::uint64_t seq, clock::time_point deadline,
+                     std::exception_ptr failure = nullptr);
 
   /// Withdraws every collective with a sequence number below `seq` that has
   /// not started: its waiting ranks, and ranks arriving at it later, throw
   /// `reason`. Started collectives run to their end.
-  void cancel_below(std::uint64_t seq, std::exception_ptr reason);
+  void cancel_below(std::uint64_t seq, std::exception_ptr reason) override;
 
   /// `rank` will issue no more collectives in `epoch` (its replica function
   /// returned): a rank waiting for it in a collective of that epoch stops
   /// waiting and throws context_error naming it.
-  void depart(std::size_t rank, std::uint64_t epoch);
+  void depart(std::size_t rank, std::uint64_t epoch) override;
 
   /// True while `rank` waits in (or works on) a collective numbered
   /// `from_seq` or above.
-  bool waiting(std::size_t rank, std::uint64_t from_seq) const noexcept;
+  bool waiting(std::size_t rank, std::uint64_t from_seq) const noexcept override;
 
   /// The `seq` of the last cancel_below() (0 if none).
-  std::uint64_t cancelled_below() const noexcept { return cancelled_below_.load(); }
-
-  /// Breaks the group for good: waiting ranks wake and rethrow `reason`, as
-  /// does every later arrive() and wait_all_done(). The first reason stays.
-  void abort(std::exception_ptr reason);
+  std::uint64_t cancelled_below() const noexcept override { return cancelled_below_.load(); }
 
   /// When some rank waits for others at a collective with a sequence number
   /// of at least `from_seq`: which ranks did not reach it, where each of
   /// them is instead, and the last flight-recorder entries (the text of a
   /// timeout_error). Empty otherwise.
-  std::string stall_report(std::uint64_t from_seq) const;
+  std::string stall_report(std::uint64_t from_seq) const override;
 
   // -- flight recorder ----------------------------------------------------------
 
   /// The last `flight_recorder_size` collectives, oldest first, one per
   /// line: "#3 all_reduce sum float32 [4] 16 B: completed, started at
   /// +1.250 ms, took 0.031 ms".
-  std::string dump() const;
+  std::string dump() const override;
 
   /// As dump(), but only the last `entries` collectives.
   std::string dump(std::size_t entries) const;
 
 private:
-  enum class outcome { running, completed, mismatch, timed_out, cancelled };
+  enum class outcome { running, completed, mismatch, timed_out, cancelled, failed };
 
   struct rank_slot;
   struct record {
@@ -299,23 +237,26 @@ private:
   // Wakes every waiter after a state change.
   void publish();
   bool may_be_refused(std::uint64_t seq) const noexcept;
-  // Cancelled, aborted, or a collective timed out since `timeouts_seen`.
+  // Cancelled, or a collective timed out since `timeouts_seen`.
   bool newly_refused(std::uint64_t seq, std::uint64_t timeouts_seen) const noexcept;
-  // Whether collective `seq` is cancelled, timed out or the group aborted (lock held).
+  // Whether collective `seq` is cancelled or timed out (lock held).
   bool refused(std::uint64_t seq) const;
   // The timed-out collective `seq`, if it is one (lock held).
   const timed_out_collective* find_timed_out(std::uint64_t seq) const;
   // Throws when `rank` finishes `seq` after it timed out (lock held).
   void throw_if_finished_late(std::size_t rank, std::uint64_t seq) const;
-  // Throws if collective `seq` was cancelled or timed out, or the group
-  // aborted (lock held).
+  // Throws if collective `seq` was cancelled or timed out (lock held).
   void throw_if_refused(std::size_t rank, std::uint64_t seq, const collective_fingerprint& mine,
                         bool late_arrival);
   // arrive() while the rank's `inside` flag is set.
   // With `inline_bytes` of `inline_data` published in the rank's inline area.
   void rendezvous(std::size_t rank, const collective_fingerprint& mine,
                   clock::time_point deadline, const void* payload,
-                  const void* inline_data = nullptr, std::size_t inline_bytes = 0);
+                  const void* inline_data = nullptr, std::size_t inline_bytes = 0,
+                  std::exception_ptr failure = nullptr);
+  // The failure a rank reported for `seq`, lowest rank first, or null;
+  // called by `rank` once every rank has arrived (inline) or finished.
+  std::exception_ptr failure_of(std::size_t rank, std::uint64_t seq);
   // A rank that misses `mine` and departed its epoch, or participants_.
   std::size_t departed_rank(const collective_fingerprint& mine) const noexcept;
   // Takes back `rank`'s arrival at `seq`; false when `seq` started.
@@ -326,7 +267,10 @@ private:
   void check_rank(std::size_t rank, const char* call) const;
   void check_fingerprints(std::size_t rank, const collective_fingerprint& mine,
                           std::uint64_t digest, clock::time_point deadline);
-  void finish(std::size_t rank, std::uint64_t seq, clock::time_point deadline, outcome result);
+  // Counts `rank` in at the barrier and waits for the others; returns the
+  // collective's failure (failure_of), if any.
+  std::exception_ptr finish(std::size_t rank, std::uint64_t seq, clock::time_point deadline,
+                            outcome result);
   void record_start(const collective_fingerprint& fingerprint);
   void record_end(std::uint64_t seq, outcome result);
   // A collective that ended before it started (lock held).
@@ -355,13 +299,13 @@ private:
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> has_timeouts_{false};
   std::atomic<std::uint64_t> timeouts_added_{0};
-  std::atomic<bool> aborted_flag_{false};
+  // How many failures ranks have reported (failure_of looks when it moved).
+  alignas(64) std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> cancelled_below_{0};
   std::atomic<std::uint64_t> departures_{0};
 
   mutable std::mutex mutex_; // everything below
   std::condition_variable changed_;
-  std::exception_ptr aborted_;
   std::exception_ptr cancel_reason_;
   std::vector<timed_out_collective> timed_out_;
   std::vector<record> records_; // a ring of flight_recorder_size

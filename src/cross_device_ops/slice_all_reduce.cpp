@@ -1,7 +1,8 @@
-// slice_all_reduce in cross-replica context: allreduce_packs
-// (src/collectives/allreduce_packs.hpp) run by the destination devices'
-// executor threads, one rank each. (replica_context::all_reduce runs the
-// same collectives on the replica threads: src/replica_context.cpp.)
+// slice_all_reduce: which threads are the ranks of its shared-memory
+// communicator (transport/shm/). In cross-replica context, the destination
+// devices' executor threads, one rank each; in replica context
+// (replica_context::all_reduce), the replica threads themselves, through
+// the communicator that replica_collectives() gives the strategy.
 //
 // The caller (a merge function, a cross-replica reduce) posts rank r to the
 // executor of destination r and waits. Ranks must run together, so all
@@ -13,7 +14,8 @@
 
 #include "cross_device_ops/component_placement.hpp"
 
-#include "collectives/allreduce_packs.hpp"
+#include "cross_device_ops/replica_collectives.hpp"
+#include "transport/shm/shm_communicator.hpp"
 #include "strategies/completion.hpp"
 #include "devices/device_executor.hpp"
 #include "runtime/spin_wait.hpp"
@@ -30,8 +32,13 @@ struct slice_all_reduce_state {
   slice_all_reduce_options options;
   reduction_to_one_device fallback;
   std::mutex mutex;
-  /// One group per device list, so sequence numbers follow each group.
-  std::map<std::vector<device_spec>, std::shared_ptr<collective_group>> groups;
+  /// One communicator per device list, so sequence numbers follow each.
+  std::map<std::vector<device_spec>, std::shared_ptr<shm_communicator>> groups;
+
+  collective_options collective(const std::string& tag) const {
+    return {.timeout = options.timeout, .tag = tag, .chunk_bytes = options.chunk_bytes,
+            .packing = options.packing};
+  }
 };
 
 namespace {
@@ -64,6 +71,13 @@ std::string slice_all_reduce::name() const {
   return "slice_all_reduce";
 }
 
+detail::replica_collectives
+slice_all_reduce::replica_collectives(const std::vector<device_spec>& devices,
+                                      const std::string& name) const {
+  return {std::make_shared<detail::shm_communicator>(devices.size(), name, "replica"),
+          state_->collective(name)};
+}
+
 mirrored<tensor> slice_all_reduce::reduce_implementation(reduce_op op,
                                                          const per_replica<tensor>& value,
                                                          const destinations& destination) {
@@ -91,12 +105,12 @@ slice_all_reduce::batch_reduce_implementation(reduce_op op, const std::vector<re
     if (executors.back()->on_this_thread())
       return state_->fallback.batch_reduce(op, pairs);
   }
-  std::shared_ptr<detail::collective_group> group;
+  std::shared_ptr<detail::shm_communicator> group;
   {
     std::lock_guard<std::mutex> lock{state_->mutex};
     auto& slot = state_->groups[devices];
     if (!slot)
-      slot = std::make_shared<detail::collective_group>(n, name());
+      slot = std::make_shared<detail::shm_communicator>(n, name());
     group = slot;
   }
   // Per rank: its component of every pair, and an output for each. Every
@@ -112,16 +126,14 @@ slice_all_reduce::batch_reduce_implementation(reduce_op op, const std::vector<re
     }
   auto done = std::make_shared<detail::completion>(n);
   const auto& options = state_->options;
-  const detail::collective_options collective{options.timeout, name(), options.chunk_bytes};
+  const auto collective = state_->collective(name());
   {
     std::lock_guard<std::mutex> lock{detail::posting_mutex()};
     for (std::size_t r = 0; r < n; ++r)
-      executors[r]->post([group, r, op, inputs, outputs, done, collective,
-                          packing = options.packing] {
+      executors[r]->post([group, r, op, inputs, outputs, done, collective] {
         std::exception_ptr error;
         try {
-          detail::allreduce_packs(*group, r, op, (*inputs)[r], (*outputs)[r], packing,
-                                  collective);
+          group->all_reduce(r, op, (*inputs)[r], (*outputs)[r], collective);
         } catch (...) {
           error = std::current_exception();
         }

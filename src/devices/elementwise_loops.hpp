@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "lockstep/error.hpp"
 #include "lockstep/reduce_op.hpp"
 
 namespace lockstep::detail {
@@ -56,6 +57,25 @@ void divide_loop(T* __restrict x, std::int64_t divisor, std::int64_t count) {
     for (std::int64_t i = 0; i < count; ++i)
       x[i] = static_cast<T>(x[i] / divisor);
   }
+}
+
+/// Calls `work(std::integral_constant<reduce_op, op>{})`, so a loop is
+/// instantiated once per reduce_op and dispatched once per call.
+template <class Work>
+void dispatch_op(reduce_op op, Work work) {
+  switch (op) {
+    case reduce_op::sum:
+      return work(std::integral_constant<reduce_op, reduce_op::sum>{});
+    case reduce_op::mean:
+      return work(std::integral_constant<reduce_op, reduce_op::mean>{});
+    case reduce_op::min:
+      return work(std::integral_constant<reduce_op, reduce_op::min>{});
+    case reduce_op::max:
+      return work(std::integral_constant<reduce_op, reduce_op::max>{});
+    case reduce_op::prod:
+      return work(std::integral_constant<reduce_op, reduce_op::prod>{});
+  }
+  throw value_error("invalid reduce_op");
 }
 
 } // namespace lockstep::detail

@@ -106,11 +106,8 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
                                       : choose_the_best(devices);
   auto state = detail::strategy_state::create(
     detail::strategy_kind::mirrored, std::move(devices), std::move(ops), timeout);
-  if (const auto* slices = dynamic_cast<const slice_all_reduce*>(state->ops.get())) {
-    state->replica_slices = slices;
-    state->replica_collectives = std::make_shared<detail::collective_group>(
-      state->devices.size(), state->name(), "replica");
-  }
+  state->collectives = detail::cross_device_ops_access::of(*state->ops, state->devices,
+                                                           state->name());
   auto coordinator = std::make_unique<actors::coordinator>(*state);
   const auto failure = coordinator->start_failure();
   state->executor = std::move(coordinator); // stopped (or kept) with the state

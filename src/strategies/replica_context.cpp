@@ -1,6 +1,5 @@
 #include "lockstep/replica_context.hpp"
 
-#include "collectives/allreduce_packs.hpp"
 #include "strategies/strategy_state.hpp"
 #include "strategies/thread_mode.hpp"
 
@@ -29,7 +28,7 @@ std::vector<mirrored<tensor>> reduce_columns(strategy& s, reduce_op op,
 /// merge_call raises TF's context errors).
 bool on_replica_threads(replica_context& ctx) {
   const auto* mode = detail::current_mode();
-  return ctx.state().replica_collectives && mode != nullptr && mode->replica == &ctx;
+  return ctx.state().collectives.communicator && mode != nullptr && mode->replica == &ctx;
 }
 
 } // namespace
@@ -85,21 +84,20 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
     else
       results.push_back(tensor::uninitialized(v.dtype(), v.shape(), device));
   }
-  const auto& settings = state_->replica_slices->options();
-  auto packing = settings.packing;
+  const auto& collectives = state_->collectives;
+  auto collective = collectives.defaults;
   if (options.bytes_per_pack)
-    packing = {.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0};
-  const auto timeout = options.timeout
-                          ? detail::checked_timeout(*options.timeout, "communication_options")
-                          : collective_timeout_;
+    collective.packing = {.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0};
+  collective.timeout = options.timeout
+                           ? detail::checked_timeout(*options.timeout, "communication_options")
+                           : collective_timeout_;
   // The structure of a nest goes into the tag, so replicas that pass
   // different structures get a value_error, as regroup raises on the
   // merge_call path.
-  const detail::collective_options collective{
-      timeout, structure.empty() ? options.tag : options.tag + " " + structure,
-      settings.chunk_bytes, collective_epoch_};
-  detail::allreduce_packs(*state_->replica_collectives, replica_id_, op, values, results,
-                          packing, collective, collective_floor_);
+  collective.tag = structure.empty() ? options.tag : options.tag + " " + structure;
+  collective.epoch = collective_epoch_;
+  collectives.communicator->all_reduce(replica_id_, op, values, results, collective,
+                                       collective_floor_);
   return results;
 }
 

@@ -239,8 +239,8 @@ cross_device_ops& strategy_extended::cross_device_ops() const {
 }
 
 std::string strategy_extended::collective_flight_record() const {
-  const auto& group = state_->replica_collectives;
-  return group ? group->dump() : std::string{};
+  const auto& communicator = state_->collectives.communicator;
+  return communicator ? communicator->session().dump() : std::string{};
 }
 
 std::chrono::milliseconds strategy_extended::timeout() const noexcept {

@@ -8,7 +8,7 @@
 #include "lockstep/replica_context.hpp"
 #include "lockstep/strategy.hpp"
 
-#include "collectives/collective_group.hpp"
+#include "cross_device_ops/replica_collectives.hpp"
 #include "devices/device_executor.hpp"
 
 #include <any>
@@ -104,11 +104,10 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// The first write failure recorded since the last call, if any.
   std::exception_ptr take_write_failure();
 
-  /// Where replica_context::all_reduce meets when the strategy's
-  /// cross_device_ops is a slice_all_reduce (`replica_slices`): the
-  /// replica threads are the ranks. Null otherwise.
-  std::shared_ptr<collective_group> replica_collectives;
-  const slice_all_reduce* replica_slices = nullptr;
+  /// How replica_context::all_reduce runs on the replica threads, chosen
+  /// by `ops` (cross_device_ops::replica_collectives); no communicator: it
+  /// goes through merge_call.
+  detail::replica_collectives collectives;
 
   /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;

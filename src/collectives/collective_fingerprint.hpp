@@ -1,0 +1,85 @@
+#pragma once
+
+// What a rank issued for one collective, and the hash that condenses it:
+// transport-neutral, so every communicator (threads of one process, TCP
+// between processes, NCCL) checks the same fingerprints before it moves a
+// byte, and the multi-worker protocol sends them as data.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lockstep/dtype.hpp"
+#include "lockstep/tensor.hpp"
+
+namespace lockstep::detail {
+
+/// A 64-bit hash of values and strings for fingerprints: each value is
+/// mixed in with splitmix64's finaliser, so every input bit reaches every
+/// hash bit.
+struct fingerprint_hash {
+  std::uint64_t hash = 14695981039346656037ull;
+  void operator()(std::uint64_t value) noexcept {
+    auto z = hash ^ (value + 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    hash = z ^ (z >> 31);
+  }
+  void operator()(std::string_view text) noexcept {
+    for (unsigned char c : text)
+      (*this)(c);
+    (*this)(text.size());
+  }
+};
+
+/// What a rank issued: two ranks may only run a collective together when
+/// their fingerprints are equal.
+struct collective_fingerprint {
+  /// The rank's sequence number for this collective (from 1 up).
+  std::uint64_t seq = 0;
+  /// The collective, e.g. "all_reduce".
+  std::string op;
+  /// How elements combine, e.g. "sum"; empty for collectives that do not.
+  std::string reduction;
+  lockstep::dtype dtype = lockstep::dtype::f32;
+  /// The tensor's shape; for a pack of several tensors, {elements}.
+  shape_t shape;
+  /// The caller's tag (collective_options::tag); may be empty.
+  std::string tag;
+  /// How many tensors a pack holds (1 for a plain tensor).
+  std::size_t tensors = 1;
+  /// For a pack: a hash of its tensors' shapes and element range, so packs
+  /// of the same size but different layouts differ.
+  std::uint64_t layout = 0;
+  /// The batch the collective is a pack of (the whole batch, so that ranks
+  /// whose batches differ are told how, even when their packs differ): its
+  /// number of tensors and hashes of their dtypes and of their shapes.
+  std::size_t batch_tensors = 0;
+  std::uint64_t batch_dtypes = 0;
+  std::uint64_t batch_shapes = 0;
+  /// The caller's epoch (a strategy's run call), 0 for none: a rank that
+  /// departs this epoch (collective_group::depart) will not come.
+  std::uint64_t epoch = 0;
+  /// True for a collective whose ranks publish their data inline
+  /// (collective_group::arrive_inline); it must be the same on every rank.
+  bool inline_data = false;
+  /// Elements per claimed slice (allreduce_slices), which depends on the
+  /// chunk size; 0 where there are none. It must be the same on every rank.
+  std::size_t slice = 0;
+
+  /// The bytes of one rank's data: elements of `shape` times the dtype size.
+  std::size_t bytes() const;
+
+  /// "all_reduce #3 sum float32 [4]" (a pack: "... float32 pack of 3
+  /// tensors [20]"), then " tag 'x'" when tagged.
+  std::string to_string() const;
+
+  /// What follows the op and sequence number in to_string() (and, with the
+  /// bytes, in the flight recorder): " sum float32 [4] tag 'x'".
+  std::string details(bool with_bytes) const;
+
+  friend bool operator==(const collective_fingerprint&, const collective_fingerprint&) = default;
+};
+
+} // namespace lockstep::detail
