@@ -1,5 +1,7 @@
 #include "actors/actor_system.hpp"
 
+#include "actors/messages.hpp"
+
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
 
@@ -101,6 +103,7 @@ struct system_with_config {
     cfg.set("scheduler.policy", caf::atom_from_string(options.scheduler_policy));
     cfg.set("work-stealing.moderate-sleep-duration",
             caf::timespan{options.scheduler_moderate_sleep});
+    register_messages(cfg);
     return cfg;
   }
 

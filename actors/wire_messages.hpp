@@ -1,0 +1,236 @@
+#pragma once
+
+// The messages that may cross a process: what the processes of one program
+// (one SPMD job, multi-worker) send each other. Plain structs of values
+// (integers, strings, vectors of them, nested wire structs): no pointers,
+// closures, std::any or exception_ptr, so every one can be serialised.
+//
+// No CAF here: their inspect() functions (the wire format) and their
+// registration with CAF are in actors/messages.hpp, which lists every
+// message, local-only or not. So layers below the actors (the collective
+// session) can build and read these structs without seeing CAF.
+//
+// Wire rules: every field has a fixed width (no size_t), enums travel as
+// their underlying integer and are checked when read (a value that names no
+// enumerator fails to deserialise), fields are only ever appended to a
+// message and a change of any message's layout bumps
+// `wire_protocol_version`, which join_request carries.
+//
+// See docs/messages.md for the whole list and the protocol they serve.
+
+#include "lockstep/dtype.hpp"
+#include "lockstep/variable.hpp"
+
+#include "runtime/error_value.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::detail {
+struct collective_fingerprint;
+} // namespace lockstep::detail
+
+namespace lockstep::actors {
+
+/// The layout of the messages in this file; join_request carries it and a
+/// coordinator refuses a process whose version differs.
+inline constexpr std::uint32_t wire_protocol_version = 1;
+
+/// Errors as values (runtime/error_value.hpp), sent alone or inside
+/// collective_abort and join_reply.
+using detail::error_kind;
+using detail::error_value;
+
+// -- rendezvous and membership ----------------------------------------------------
+
+/// worker -> coordinator (rank 0), the first message on an authenticated
+/// control connection: "I am `rank` of `world_size` in job `job_id`".
+struct join_request {
+  std::uint32_t protocol_version = wire_protocol_version;
+  /// The job (TF_CONFIG's cluster, a launcher's run id): processes of
+  /// another job are refused.
+  std::string job_id;
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 0;
+  /// The generation the worker wants to join (0 for the first; an elastic
+  /// restart asks for the next one).
+  std::uint64_t generation = 0;
+  /// The worker's replicas (local devices); every worker has the same number.
+  std::uint32_t local_replicas = 0;
+  /// Where the worker listens for its data connections (host name or
+  /// address, port).
+  std::string host;
+  std::uint16_t port = 0;
+  /// Identifies the worker's machine: workers with equal hashes share
+  /// memory instead of TCP.
+  std::uint64_t host_hash = 0;
+  /// A hash of what must agree between workers (replicas per worker, dtype
+  /// policy, build id); a mismatch is refused.
+  std::uint64_t config_fingerprint = 0;
+  /// The worker's proof that it holds the cluster token: HMAC-SHA256 over
+  /// the handshake's transcript (32 bytes); empty without authentication.
+  std::vector<std::uint8_t> proof;
+
+  friend bool operator==(const join_request&, const join_request&) = default;
+};
+
+/// coordinator -> worker: the answer to a join_request, before the
+/// membership (which comes once every worker has joined).
+struct join_reply {
+  /// True when the worker is in; otherwise `refusal` says why (a duplicate
+  /// rank, a world size, version or configuration that differs).
+  bool accepted = false;
+  std::uint64_t generation = 0;
+  /// The coordinator's proof of the token (see join_request::proof).
+  std::vector<std::uint8_t> proof;
+  error_value refusal;
+
+  friend bool operator==(const join_reply&, const join_reply&) = default;
+};
+
+/// One process of a generation, as membership lists it.
+struct member {
+  std::uint32_t rank = 0;
+  std::string host;
+  std::uint16_t port = 0;
+  std::uint32_t local_replicas = 0;
+  std::uint64_t host_hash = 0;
+
+  friend bool operator==(const member&, const member&) = default;
+};
+
+/// coordinator -> every worker: who is in generation `generation`, in rank
+/// order (global replica ids follow it: rank r's first replica is the sum of
+/// local_replicas of the ranks before it).
+struct membership {
+  std::string job_id;
+  std::uint64_t generation = 0;
+  std::vector<member> members;
+
+  friend bool operator==(const membership&, const membership&) = default;
+};
+
+/// worker <-> coordinator, every heartbeat interval on the control
+/// connection; a peer silent for several intervals is lost.
+struct heartbeat {
+  std::uint32_t rank = 0;
+  std::uint64_t generation = 0;
+  /// Counts up from 1 per sender and generation.
+  std::uint64_t sequence = 0;
+  /// The sender's steady clock at sending, in nanoseconds since its epoch:
+  /// monotonic on the sender only, so a receiver compares a peer's stamps
+  /// with each other (round trips, gaps), never with its own clock.
+  std::int64_t sent_at_ns = 0;
+
+  friend bool operator==(const heartbeat&, const heartbeat&) = default;
+};
+
+// -- collectives --------------------------------------------------------------------
+
+/// worker -> worker: the collective `rank` issued, as its fingerprint
+/// (detail::collective_fingerprint, field for field), so that workers
+/// compare what they issued before any data moves.
+struct collective_control {
+  std::uint32_t rank = 0;
+  std::uint64_t generation = 0;
+  std::uint64_t seq = 0;
+  std::string op;
+  std::string reduction;
+  lockstep::dtype dtype = lockstep::dtype::f32;
+  std::vector<std::int64_t> shape;
+  std::string tag;
+  std::uint64_t tensors = 1;
+  std::uint64_t layout = 0;
+  std::uint64_t batch_tensors = 0;
+  std::uint64_t batch_dtypes = 0;
+  std::uint64_t batch_shapes = 0;
+  std::uint64_t epoch = 0;
+  bool inline_data = false;
+  std::uint64_t slice = 0;
+
+  friend bool operator==(const collective_control&, const collective_control&) = default;
+};
+
+/// `fingerprint`, issued by `rank` in `generation`, as a message.
+collective_control to_collective_control(const detail::collective_fingerprint& fingerprint,
+                                         std::uint32_t rank, std::uint64_t generation);
+
+/// The fingerprint `control` carries (rank and generation are the
+/// sender's, not part of it).
+detail::collective_fingerprint to_collective_fingerprint(const collective_control& control);
+
+/// worker -> every worker: collective `seq` of `generation` failed on
+/// `rank`; every rank throws `error` from it.
+struct collective_abort {
+  std::uint32_t rank = 0;
+  std::uint64_t generation = 0;
+  std::uint64_t seq = 0;
+  error_value error;
+
+  friend bool operator==(const collective_abort&, const collective_abort&) = default;
+};
+
+// -- variables ----------------------------------------------------------------------
+
+/// chief -> every worker: the variable created at `index` during a replica
+/// function (detail::creation_rendezvous across processes: the other
+/// workers' replicas check that they asked for the same name and receive
+/// this one; its initial value follows on the data plane, broadcast from
+/// the chief).
+struct variable_created {
+  std::uint64_t generation = 0;
+  /// The `run` call the variable was created in (0 outside one).
+  std::uint64_t seq = 0;
+  /// The creation index within that call (0, 1, ... per replica).
+  std::uint64_t index = 0;
+  /// The global replica id that created it.
+  std::uint32_t replica = 0;
+  /// The canonical name.
+  std::string name;
+  lockstep::dtype dtype = lockstep::dtype::f32;
+  std::vector<std::int64_t> shape;
+  variable_synchronization synchronization = variable_synchronization::automatic;
+  variable_aggregation aggregation = variable_aggregation::none;
+  bool trainable = true;
+
+  friend bool operator==(const variable_created&, const variable_created&) = default;
+};
+
+// -- enum checks (for deserialisation) ----------------------------------------
+// Switches without a default, so that a new enumerator warns here (-Wswitch).
+
+constexpr bool is_valid(lockstep::dtype type) noexcept {
+  switch (type) {
+    case lockstep::dtype::f32:
+    case lockstep::dtype::f64:
+    case lockstep::dtype::i32:
+    case lockstep::dtype::i64:
+      return true;
+  }
+  return false;
+}
+
+constexpr bool is_valid(variable_synchronization mode) noexcept {
+  switch (mode) {
+    case variable_synchronization::automatic:
+    case variable_synchronization::on_write:
+    case variable_synchronization::on_read:
+    case variable_synchronization::none:
+      return true;
+  }
+  return false;
+}
+
+constexpr bool is_valid(variable_aggregation mode) noexcept {
+  switch (mode) {
+    case variable_aggregation::none:
+    case variable_aggregation::sum:
+    case variable_aggregation::mean:
+    case variable_aggregation::only_first_replica:
+      return true;
+  }
+  return false;
+}
+
+} // namespace lockstep::actors
