@@ -7,6 +7,7 @@
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
+#include "strategies/call_numbering.hpp"
 #include "strategies/thread_mode.hpp"
 
 #include "lockstep/error.hpp"
@@ -327,7 +328,7 @@ void coordinator::fail(call& c, std::exception_ptr error) {
   // Replicas waiting in an all_reduce of this call (or a later nested one)
   // unwind too; calls after this one are numbered above the cancelled ones.
   if (const auto& communicator = state_.collectives.communicator)
-    communicator->session().cancel_below((next_seq_ + 1) << detail::collectives_per_call_bits,
+    communicator->session().cancel_below(detail::first_collective(next_seq_ + 1),
                         std::make_exception_ptr(replica_aborted{}));
 }
 
@@ -344,7 +345,7 @@ void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
   std::vector<std::string> stalled, merging_replicas;
   auto* group = state_.collectives.communicator ? &state_.collectives.communicator->session()
                                                 : nullptr;
-  const auto first_collective = c.seq << detail::collectives_per_call_bits;
+  const auto first_collective = detail::first_collective(c.seq);
   for (std::size_t r = 0; r < c.phases.size(); ++r) {
     // A replica waiting in an all_reduce of this call is not stalled: the
     // cancel below unwinds it at once, as an abort does in merge_call.

@@ -21,9 +21,7 @@
 //
 // docs/messages.md lists them all.
 //
-// Sequence numbers: the coordinator numbers every `run` (nested runs inside a
-// merge function get larger numbers). Replicas echo the number, so a late
-// message from a timed-out call is recognised and discarded.
+// Sequence numbers: see strategies/call_numbering.hpp.
 
 #include "lockstep/replica_context.hpp"
 #include "lockstep/strategy.hpp"

@@ -1,5 +1,6 @@
 #include "actors/replica_actor.hpp"
 
+#include "strategies/call_numbering.hpp"
 #include "strategies/thread_mode.hpp"
 
 #include "lockstep/error.hpp"
@@ -42,8 +43,7 @@ void replica_actor::execute(run_message& msg) {
   // The coordinator's deadline decides stalls and reports them with the
   // collective's state, then cancels the collectives; the replicas' own
   // deadline, twice as long, is only a backstop.
-  context_.begin_collectives(msg.seq << detail::collectives_per_call_bits, 2 * msg.timeout,
-                             msg.seq);
+  context_.begin_collectives(detail::first_collective(msg.seq), 2 * msg.timeout, msg.seq);
   {
     detail::mode_guard mode{{&state_, &context_}};
     device_scope placement{state_.devices[replica_]};

@@ -20,10 +20,9 @@ thread_local std::vector<thread_mode> modes;
 thread_local const update_context* innermost_update = nullptr;
 
 std::shared_ptr<strategy_state> make_default_strategy() {
-  auto state = strategy_state::create(
-    strategy_kind::default_strategy, std::vector<device_spec>{},
-    std::make_shared<reduction_to_one_device>(),
-    get_runtime_options().timeout);
+  auto state = strategy_state::create("default_strategy", {}, false,
+                                      std::make_shared<reduction_to_one_device>(),
+                                      get_runtime_options().timeout);
   state->executor = std::make_unique<inline_executor>(*state, std::nullopt);
   return state;
 }

@@ -23,11 +23,15 @@ namespace lockstep {
 
 namespace {
 
-std::string list_string(const std::vector<device_spec>& devices) {
+std::string joined_devices(const std::vector<device_spec>& devices) {
   std::vector<std::string> names;
   for (const auto& d : devices)
     names.push_back(d.to_string());
-  return "[" + detail::joined_list(names) + "]";
+  return detail::joined_list(names);
+}
+
+std::string list_string(const std::vector<device_spec>& devices) {
+  return "[" + joined_devices(devices) + "]";
 }
 
 /// All GPUs when built with CUDA and one is visible, else the first CPU.
@@ -104,8 +108,9 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
     options.timeout.value_or(get_runtime_options().timeout), "mirrored_strategy");
   auto ops = options.cross_device_ops ? std::move(options.cross_device_ops)
                                       : choose_the_best(devices);
-  auto state = detail::strategy_state::create(
-    detail::strategy_kind::mirrored, std::move(devices), std::move(ops), timeout);
+  auto name = "mirrored_strategy(" + joined_devices(devices) + ")";
+  auto state = detail::strategy_state::create(std::move(name), {.local_devices = std::move(devices)},
+                                              true, std::move(ops), timeout);
   state->collectives = detail::cross_device_ops_access::of(*state->ops, state->devices,
                                                            state->name());
   auto coordinator = std::make_unique<actors::coordinator>(*state);

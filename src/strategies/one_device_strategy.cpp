@@ -12,7 +12,7 @@ namespace {
 std::shared_ptr<detail::strategy_state> make_state(const device_spec& device) {
   auto canonical = device.canonical();
   auto state = detail::strategy_state::create(
-    detail::strategy_kind::one_device, std::vector<device_spec>{canonical},
+    "one_device_strategy(" + canonical.to_string() + ")", {.local_devices = {canonical}}, false,
     std::make_shared<reduction_to_one_device>(canonical), get_runtime_options().timeout);
   state->executor = std::make_unique<detail::inline_executor>(*state, canonical);
   return state;

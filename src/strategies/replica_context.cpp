@@ -53,7 +53,7 @@ std::size_t replica_context::num_replicas_in_sync() const noexcept {
 
 std::size_t replica_context::replica_id_in_sync_group() const {
   detail::require_replica_context(*this);
-  return replica_id_;
+  return state_->topology.global_replica_id(replica_id_); // replica_id_ is this worker's
 }
 
 std::vector<device_spec> replica_context::devices() const {
@@ -96,8 +96,8 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
   // merge_call path.
   collective.tag = structure.empty() ? options.tag : options.tag + " " + structure;
   collective.epoch = collective_epoch_;
-  collectives.communicator->all_reduce(replica_id_, op, values, results, collective,
-                                       collective_floor_);
+  collectives.communicator->all_reduce(state_->topology.global_replica_id(replica_id_), op,
+                                       values, results, collective, collective_floor_);
   return results;
 }
 

@@ -32,7 +32,7 @@ call_for_each_replica(strategy_state& state,
   const auto timeout = checked_timeout(options.timeout.value_or(state.timeout), "run_options");
   // The default strategy is every thread's; the others serve one at a time.
   std::optional<user_claim> claim;
-  if (state.kind != strategy_kind::default_strategy)
+  if (!state.is_default())
     claim.emplace(state);
   state.dispatches.fetch_add(1, std::memory_order_relaxed);
   return state.executor->run(std::move(fn), timeout);
@@ -45,7 +45,7 @@ void throw_non_distributed(reduce_op op, const std::string& value) {
 }
 
 std::vector<device_spec> replica_devices(const strategy_state& state) {
-  if (state.kind == strategy_kind::default_strategy)
+  if (state.is_default())
     return {current_device()};
   return state.devices;
 }
@@ -64,12 +64,10 @@ void throw_structure_mismatch(std::size_t replica, const std::string& what,
 
 namespace lockstep {
 
-using detail::strategy_kind;
-
 namespace {
 
 bool single_replica(const detail::strategy_state& state) {
-  return state.kind != strategy_kind::mirrored;
+  return !state.replicated;
 }
 
 std::string describe(const tensor& value) {
@@ -92,7 +90,7 @@ scope_guard::~scope_guard() {
 scope_guard strategy::scope() const {
   auto& state = *state_;
   if (has_strategy()) {
-    if (state.kind == strategy_kind::default_strategy)
+    if (state.is_default())
       throw context_error("Must not nest lockstep::strategy scopes.");
     detail::require_cross_replica_or_default_context(state);
     return scope_guard{false}; // already in this strategy's scope
@@ -153,7 +151,7 @@ std::string strategy::to_string() const {
 // -- strategy_extended -----------------------------------------------------------
 
 std::size_t strategy_extended::num_replicas_in_sync() const noexcept {
-  return state_->kind == strategy_kind::mirrored ? state_->devices.size() : 1;
+  return state_->replicated ? state_->topology.replicas() : 1;
 }
 
 void strategy_extended::check_reduce_non_distributed(
@@ -205,13 +203,13 @@ mirrored<tensor> strategy_extended::broadcast_to(const tensor& value,
 }
 
 const std::vector<device_spec>& strategy_extended::worker_devices() const {
-  if (state_->kind == strategy_kind::default_strategy)
+  if (state_->is_default())
     throw context_error("worker_devices() method unsupported by default_strategy.");
   return state_->devices;
 }
 
 const std::vector<device_spec>& strategy_extended::parameter_devices() const {
-  if (state_->kind == strategy_kind::default_strategy)
+  if (state_->is_default())
     throw context_error("parameter_devices() method unsupported by default_strategy.");
   return state_->devices;
 }

@@ -17,10 +17,14 @@
 
 namespace lockstep::detail {
 
-strategy_state::strategy_state(strategy_kind kind, std::vector<device_spec> devices,
+strategy_state::strategy_state(std::string name, detail::topology topology, bool replicated,
                                std::shared_ptr<cross_device_ops> ops,
                                std::chrono::milliseconds timeout)
-  : kind(kind), devices(std::move(devices)), ops(std::move(ops)), timeout(timeout) {}
+  : topology(std::move(topology)),
+    replicated(replicated),
+    ops(std::move(ops)),
+    timeout(timeout),
+    name_(std::move(name)) {}
 
 namespace {
 
@@ -42,11 +46,13 @@ void destroy(strategy_state* s) {
 
 } // namespace
 
-std::shared_ptr<strategy_state> strategy_state::create(strategy_kind kind,
-                                                       std::vector<device_spec> devices,
+std::shared_ptr<strategy_state> strategy_state::create(std::string name,
+                                                       detail::topology topology,
+                                                       bool replicated,
                                                        std::shared_ptr<cross_device_ops> ops,
                                                        std::chrono::milliseconds timeout) {
-  auto* state = new strategy_state(kind, std::move(devices), std::move(ops), timeout);
+  auto* state = new strategy_state(std::move(name), std::move(topology), replicated,
+                                   std::move(ops), timeout);
   return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
     // A posted write's captures may hold the last handle; an executor
     // cannot join its own thread, so another thread destroys the state.
@@ -116,19 +122,8 @@ std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout, con
   return timeout;
 }
 
-std::string strategy_state::name() const {
-  switch (kind) {
-    case strategy_kind::default_strategy:
-      return "default_strategy";
-    case strategy_kind::one_device:
-      return "one_device_strategy(" + devices.at(0).to_string() + ")";
-    case strategy_kind::mirrored:
-      break;
-  }
-  std::vector<std::string> names;
-  for (const auto& d : devices)
-    names.push_back(d.to_string());
-  return "mirrored_strategy(" + joined_list(names) + ")";
+bool strategy_state::is_default() const noexcept {
+  return this == &default_strategy_state();
 }
 
 user_claim::user_claim(strategy_state& state) : state_(state) {

@@ -9,6 +9,7 @@
 #include "lockstep/strategy.hpp"
 
 #include "cross_device_ops/replica_collectives.hpp"
+#include "strategies/topology.hpp"
 #include "devices/device_executor.hpp"
 
 #include <any>
@@ -42,37 +43,39 @@ public:
   virtual bool stop() noexcept { return true; }
 };
 
-enum class strategy_kind { default_strategy, one_device, mirrored };
-
-/// A call's replica collectives are numbered from (call number) << this,
-/// so every call starts above all earlier ones (replica_context::
-/// begin_collectives) and a failed call's collectives can be cancelled
-/// (collective_group::cancel_below) without touching later calls'.
-inline constexpr unsigned collectives_per_call_bits = 20;
-
 struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// The state of a new strategy. When the last handle goes, the replicas
   /// stop and the state is deleted, unless a replica is still stuck in user
   /// code: then the state is kept (never freed) so that code stays valid.
-  static std::shared_ptr<strategy_state> create(strategy_kind kind,
-                                                std::vector<device_spec> devices,
+  /// `name` names the strategy in errors ("mirrored_strategy(<devices>)");
+  /// `replicated`: see the member.
+  static std::shared_ptr<strategy_state> create(std::string name, detail::topology topology,
+                                                bool replicated,
                                                 std::shared_ptr<cross_device_ops> ops,
                                                 std::chrono::milliseconds timeout);
 
-  strategy_state(strategy_kind kind, std::vector<device_spec> devices,
-                 std::shared_ptr<cross_device_ops> ops,
-                 std::chrono::milliseconds timeout);
+  strategy_state(std::string name, detail::topology topology, bool replicated,
+                 std::shared_ptr<cross_device_ops> ops, std::chrono::milliseconds timeout);
 
   strategy_state(const strategy_state&) = delete;
   strategy_state& operator=(const strategy_state&) = delete;
 
   /// "mirrored_strategy(<devices>)", used in error messages.
-  std::string name() const;
+  const std::string& name() const noexcept { return name_; }
+
+  /// True for the process's default strategy (default_strategy_state()).
+  bool is_default() const noexcept;
 
   lockstep::strategy handle() { return lockstep::strategy{shared_from_this()}; }
 
-  const strategy_kind kind;
-  const std::vector<device_spec> devices;
+  const detail::topology topology;
+  /// This worker's devices, one replica each (topology.local_devices).
+  const std::vector<device_spec>& devices = topology.local_devices;
+  /// True when values and variables are distributed over the replicas
+  /// (per_replica / mirrored, as in TF's MirroredStrategy family); false
+  /// for the default and one-device strategies, whose one replica holds
+  /// plain values and variables.
+  const bool replicated;
   const std::shared_ptr<cross_device_ops> ops;
   const std::chrono::milliseconds timeout;
   strategy_extended extended{*this};
@@ -113,6 +116,7 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   std::unique_ptr<replica_executor> executor;
 
 private:
+  const std::string name_;
   mutable std::mutex variables_mutex_;
   std::vector<std::shared_ptr<detail::device_executor>> device_executors_;
   std::exception_ptr write_failure_;

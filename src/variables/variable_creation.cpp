@@ -148,7 +148,7 @@ variable create_variable(std::optional<tensor> given, variable_options options) 
   const auto name = options.name.empty() ? std::string{"Variable"} : options.name;
   const auto* mode = current_mode();
   auto& strategy = mode == nullptr ? default_strategy_state() : *mode->strategy;
-  const bool distributed = strategy.kind == strategy_kind::mirrored;
+  const bool distributed = strategy.replicated;
   validate(options, name, distributed);
   auto* creations = current_replica_creations();
   if (distributed && mode->replica != nullptr && creations != nullptr) {

@@ -144,7 +144,7 @@ tensor strategy_extended::read_var(const variable& var) const {
 
 std::vector<device_spec>
 strategy_extended::non_slot_devices(const std::vector<variable>& vars) const {
-  if (state_->kind == detail::strategy_kind::mirrored)
+  if (state_->replicated)
     return state_->devices;
   if (vars.empty())
     throw value_error("non_slot_devices: no variables");
