@@ -107,11 +107,6 @@ public:
   /// The type of one step.
   using element_type = regroup_t<T>;
 
-  /// A pass whose steps `channel` delivers; made by distributed_dataset.
-  explicit distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel)
-    : channel_(channel),
-      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))) {}
-
   /// The next step, or an empty optional at the end of the data (and on
   /// every call after it). Exceptions from the pipeline propagate, as does
   /// timeout_error when no step arrives within the timeout.
@@ -131,6 +126,13 @@ public:
   std::uint64_t produced() const { return channel_->produced(); }
 
 private:
+  friend class distributed_dataset<T>;
+
+  /// A pass whose steps `channel` delivers; made by distributed_dataset.
+  explicit distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel)
+    : channel_(channel),
+      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))) {}
+
   std::shared_ptr<detail::prefetch_channel> channel_;
   dataset_iterator<element_type> steps_;
 };

@@ -38,6 +38,7 @@ struct run_options {
 namespace detail {
 
 struct strategy_state;
+struct strategy_access;
 
 /// A replica function with its arguments bound; returns the replica's result.
 using replica_function = std::function<std::any(replica_context&)>;
@@ -514,12 +515,17 @@ public:
     return a.state_ == b.state_;
   }
 
-  /// For the library's internals.
+private:
+  // The library makes strategies from their state (strategy_state::handle)
+  // and reaches the state through detail::strategy_access.
+  friend struct detail::strategy_access;
+  friend class mirrored_strategy;
+  friend class one_device_strategy;
+
   explicit strategy(std::shared_ptr<detail::strategy_state> state) noexcept
     : state_(std::move(state)) {}
   detail::strategy_state& state() const noexcept { return *state_; }
 
-private:
   tensor reduce_tensor(reduce_op op, const per_replica<tensor>& value) const;
 
   std::shared_ptr<detail::strategy_state> state_;
