@@ -18,7 +18,7 @@ replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
     coordinator_(std::move(coordinator)),
     state_(state),
     replica_(replica),
-    context_(state, replica, *this) {}
+    context_(detail::replica_context_access::make(state, replica, *this)) {}
 
 void replica_actor::act() {
   receive_while([this] { return !stopping_; })(

@@ -56,7 +56,7 @@ double reduced(const multi_step_context& ctx, const std::string& name) {
 }
 
 std::uint64_t dispatches(const strategy& s) {
-  return s.state().dispatches.load();
+  return detail::strategy_access::state(s).dispatches.load();
 }
 
 /// A step function that records SUM, MEAN and MAX of each replica's share.

@@ -11,6 +11,7 @@
 // src/dataset*.cpp and actors/input_actor.cpp.
 
 #include "lockstep/error.hpp"
+#include "lockstep/input_context.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/tensor.hpp"
 
@@ -615,10 +616,6 @@ public:
     std::shared_ptr<cursor> cursor_;
   };
 
-  /// A pass over `source`, opened by dataset::make_iterator.
-  explicit dataset_iterator(std::unique_ptr<detail::source<T>> source)
-    : source_(std::move(source)) {}
-
   /// The next element, or an empty optional at the end of the data (and on
   /// every call after it). Exceptions from the pipeline (a map function, a
   /// batch of disagreeing shapes, a prefetch timeout) propagate.
@@ -632,6 +629,16 @@ public:
   std::default_sentinel_t end() const noexcept { return {}; }
 
 private:
+  // Opened by dataset::make_iterator, and by distributed_iterator over its steps.
+  template <class U>
+  friend class dataset;
+  template <distributable U>
+  friend class distributed_iterator;
+
+  /// A pass over `source`.
+  explicit dataset_iterator(std::unique_ptr<detail::source<T>> source)
+    : source_(std::move(source)) {}
+
   std::shared_ptr<detail::source<T>> source_;
 };
 
@@ -654,9 +661,6 @@ class dataset {
 public:
   /// The type of one element.
   using element_type = T;
-
-  /// A dataset whose elements come from `stage`.
-  explicit dataset(std::shared_ptr<const detail::stage<T>> stage) : stage_(std::move(stage)) {}
 
   // -- sources ------------------------------------------------------------------
 
@@ -803,6 +807,13 @@ public:
   std::default_sentinel_t end() const noexcept { return {}; }
 
 private:
+  // map and batch make datasets of other element types.
+  template <class U>
+  friend class dataset;
+
+  /// A dataset whose elements come from `stage`.
+  explicit dataset(std::shared_ptr<const detail::stage<T>> stage) : stage_(std::move(stage)) {}
+
   std::shared_ptr<const detail::stage<T>> stage_;
 };
 

@@ -7,12 +7,14 @@
 // tensor elements and `nest<per_replica<tensor>>` for nest elements, the
 // type `regroup` gives for values returned by `run`, so `strategy::run`
 // passes replica r its own `tensor` or `nest<tensor>` through
-// `select_replica`. Strategies make these (strategy.hpp); this header has
-// the types.
+// `select_replica`. Strategies make these (strategy.hpp declares
+// experimental_distribute_dataset and friends); a program that calls them
+// includes this header, which brings the dataset pipeline (dataset.hpp).
 
 #include "lockstep/dataset.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
+#include "lockstep/input_context.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/values.hpp"
@@ -29,77 +31,6 @@
 
 namespace lockstep {
 
-// -- contexts and options ------------------------------------------------------
-
-/// TF's InputReplicationMode. Only `per_worker` is supported (as in TF's
-/// strategies): one input pipeline per worker, feeding all its replicas.
-enum class input_replication_mode { per_worker, per_replica };
-
-/// "input_replication_mode::per_worker".
-std::string to_string(input_replication_mode mode);
-
-/// TF's InputContext: what an input function is told about the pipeline it
-/// builds. One worker here: one pipeline, with id 0.
-class input_context {
-public:
-  input_context(std::size_t num_input_pipelines = 1, std::size_t input_pipeline_id = 0,
-                std::size_t num_replicas_in_sync = 1) noexcept
-    : num_input_pipelines_(num_input_pipelines),
-      input_pipeline_id_(input_pipeline_id),
-      num_replicas_in_sync_(num_replicas_in_sync) {}
-
-  /// How many input pipelines feed the replicas.
-  std::size_t num_input_pipelines() const noexcept { return num_input_pipelines_; }
-
-  /// This pipeline's index in [0, num_input_pipelines()).
-  std::size_t input_pipeline_id() const noexcept { return input_pipeline_id_; }
-
-  /// The number of replicas the steps feed.
-  std::size_t num_replicas_in_sync() const noexcept { return num_replicas_in_sync_; }
-
-  /// `global_batch_size / num_replicas_in_sync()`. Throws value_error with
-  /// TF's message unless it divides evenly.
-  std::int64_t get_per_replica_batch_size(std::int64_t global_batch_size) const;
-
-private:
-  std::size_t num_input_pipelines_;
-  std::size_t input_pipeline_id_;
-  std::size_t num_replicas_in_sync_;
-};
-
-/// TF's ValueContext: which replica an
-/// `experimental_distribute_values_from_function` call makes a value for.
-class value_context {
-public:
-  value_context(std::size_t replica_id_in_sync_group = 0,
-                std::size_t num_replicas_in_sync = 1) noexcept
-    : replica_id_in_sync_group_(replica_id_in_sync_group),
-      num_replicas_in_sync_(num_replicas_in_sync) {}
-
-  std::size_t replica_id_in_sync_group() const noexcept { return replica_id_in_sync_group_; }
-
-  std::size_t num_replicas_in_sync() const noexcept { return num_replicas_in_sync_; }
-
-private:
-  std::size_t replica_id_in_sync_group_;
-  std::size_t num_replicas_in_sync_;
-};
-
-/// Settings of distributed input (TF's tf.distribute.InputOptions).
-struct input_options {
-  /// How many steps the input actor places on the replicas' devices ahead
-  /// of the consumer (TF's per-device prefetch); at least 1.
-  std::size_t prefetch_depth = 2;
-  /// The longest wait of `next` for a step; unset: the runtime options'
-  /// timeout.
-  std::optional<std::chrono::milliseconds> timeout;
-};
-
-/// The element types that can be distributed: tensors and nests of tensors,
-/// with the batch in dimension 0 of every leaf.
-template <class T>
-concept distributable = std::same_as<T, tensor> || std::same_as<T, nest<tensor>>;
-
 namespace detail {
 
 /// Rows [begin, begin + count) of `x` as a new tensor on `device`; count 0
@@ -112,15 +43,8 @@ tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
 /// more), each copied to its device. value_error for a scalar.
 std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices);
 
-/// value_error "Batch size <b> cannot be sharded evenly across replicas <n>"
-/// when `batch_size` is known and not divisible by `replicas`.
-void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replicas);
-
 /// value_error unless prefetch_depth >= 1 and a given timeout is positive.
 void check_input_options(const input_options& options);
-
-/// value_error "Input replication mode not supported: <mode>" unless per_worker.
-void check_input_replication_mode(input_replication_mode mode);
 
 /// One step from one global batch: each leaf split by `split_batch`.
 inline per_replica<tensor> split_step(const tensor& batch,
@@ -183,11 +107,6 @@ public:
   /// The type of one step.
   using element_type = regroup_t<T>;
 
-  /// A pass whose steps `channel` delivers; made by distributed_dataset.
-  explicit distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel)
-    : channel_(channel),
-      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))) {}
-
   /// The next step, or an empty optional at the end of the data (and on
   /// every call after it). Exceptions from the pipeline propagate, as does
   /// timeout_error when no step arrives within the timeout.
@@ -207,6 +126,13 @@ public:
   std::uint64_t produced() const { return channel_->produced(); }
 
 private:
+  friend class distributed_dataset<T>;
+
+  /// A pass whose steps `channel` delivers; made by distributed_dataset.
+  explicit distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel)
+    : channel_(channel),
+      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))) {}
+
   std::shared_ptr<detail::prefetch_channel> channel_;
   dataset_iterator<element_type> steps_;
 };

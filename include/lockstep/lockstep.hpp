@@ -11,6 +11,7 @@
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/idx.hpp"
+#include "lockstep/input_context.hpp"
 #include "lockstep/mirrored_strategy.hpp"
 #include "lockstep/multi_step.hpp"
 #include "lockstep/nest.hpp"

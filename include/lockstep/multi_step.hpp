@@ -27,6 +27,8 @@ struct multi_step_state;
 
 } // namespace detail
 
+class strategy_extended;
+
 /// TF's MultiStepContext: what a step function of
 /// `strategy_extended::experimental_run_steps_on_iterator` records for the
 /// caller, and what the caller reads after the loop.
@@ -77,7 +79,11 @@ public:
   /// ended, 0 when it had already ended.
   std::size_t steps() const noexcept;
 
+private:
   // -- for the library's internals ---------------------------------------------
+
+  /// experimental_run_steps_on_iterator makes the context and drives the loop.
+  friend class strategy_extended;
 
   /// A context for a loop of `state`'s replicas; last_step_outputs() starts
   /// as `initial_loop_values`.
@@ -97,7 +103,6 @@ public:
   /// (context_error from its methods).
   void fail() noexcept;
 
-private:
   std::shared_ptr<detail::multi_step_state> state_;
 };
 

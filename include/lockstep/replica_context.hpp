@@ -26,6 +26,8 @@ namespace lockstep {
 
 namespace detail {
 
+struct replica_context_access;
+
 /// A merge function with its argument types erased: takes one argument pack
 /// per replica, returns one result per replica.
 using merge_function
@@ -78,10 +80,6 @@ struct communication_options {
 /// context, on any thread outside a strategy).
 class replica_context {
 public:
-  replica_context(detail::strategy_state& state, std::size_t replica_id,
-                  detail::merge_channel& channel) noexcept
-    : state_(&state), replica_id_(replica_id), channel_(&channel) {}
-
   replica_context(const replica_context&) = delete;
   replica_context& operator=(const replica_context&) = delete;
 
@@ -180,6 +178,12 @@ public:
   }
 
 private:
+  friend struct detail::replica_context_access;
+
+  replica_context(detail::strategy_state& state, std::size_t replica_id,
+                  detail::merge_channel& channel) noexcept
+    : state_(&state), replica_id_(replica_id), channel_(&channel) {}
+
   /// all_reduce on the replica threads (slice_all_reduce strategies): the
   /// replicas meet at the collective without the coordinator.
   std::vector<tensor> all_reduce_on_replicas(reduce_op op, const std::vector<tensor>& values,

@@ -2,7 +2,7 @@
 
 #include "lockstep/cross_device_ops.hpp"
 #include "lockstep/device_spec.hpp"
-#include "lockstep/distributed_dataset.hpp"
+#include "lockstep/input_context.hpp"
 #include "lockstep/multi_step.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
@@ -38,6 +38,7 @@ struct run_options {
 namespace detail {
 
 struct strategy_state;
+struct strategy_access;
 
 /// A replica function with its arguments bound; returns the replica's result.
 using replica_function = std::function<std::any(replica_context&)>;
@@ -424,6 +425,10 @@ public:
   std::size_t num_replicas_in_sync() const noexcept;
 
   // -- distributed input ------------------------------------------------------
+  // The dataset types are only named here: a program that calls
+  // experimental_distribute_dataset, experimental_distribute_datasets_from_function
+  // or make_input_fn_iterator includes "lockstep/distributed_dataset.hpp"
+  // (or "lockstep/lockstep.hpp"), which brings the dataset pipeline.
 
   /// TF's experimental_distribute_dataset: each element of `data` is a
   /// global batch (a tensor, or a nest of tensors that agree in dimension
@@ -437,6 +442,8 @@ public:
   template <distributable T>
   distributed_dataset<T> experimental_distribute_dataset(const dataset<T>& data,
                                                          const input_options& options = {}) const {
+    static_assert(detail::complete_type<distributed_dataset<T>>,
+                  "experimental_distribute_dataset needs #include \"lockstep/distributed_dataset.hpp\"");
     auto devices = detail::replica_devices(*state_);
     detail::check_shardable(data.static_batch_size(), devices.size());
     return distributed_dataset<T>{data, distributed_dataset<T>::mode::split_global_batches,
@@ -457,6 +464,9 @@ public:
     using element_type = typename result_type::element_type;
     static_assert(std::is_same_v<result_type, dataset<element_type>>,
                   "the input function must return a dataset");
+    static_assert(detail::complete_type<distributed_dataset<element_type>>,
+                  "experimental_distribute_datasets_from_function needs "
+                  "#include \"lockstep/distributed_dataset.hpp\"");
     auto devices = detail::replica_devices(*state_);
     const input_context context{1, 0, devices.size()};
     dataset<element_type> data = fn(context);
@@ -505,12 +515,17 @@ public:
     return a.state_ == b.state_;
   }
 
-  /// For the library's internals.
+private:
+  // The library makes strategies from their state (strategy_state::handle)
+  // and reaches the state through detail::strategy_access.
+  friend struct detail::strategy_access;
+  friend class mirrored_strategy;
+  friend class one_device_strategy;
+
   explicit strategy(std::shared_ptr<detail::strategy_state> state) noexcept
     : state_(std::move(state)) {}
   detail::strategy_state& state() const noexcept { return *state_; }
 
-private:
   tensor reduce_tensor(reduce_op op, const per_replica<tensor>& value) const;
 
   std::shared_ptr<detail::strategy_state> state_;

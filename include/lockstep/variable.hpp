@@ -19,6 +19,7 @@ class strategy;
 
 namespace detail {
 struct variable_state;
+struct variable_access;
 }
 
 /// When the copies of a distributed variable agree (TF's
@@ -131,12 +132,16 @@ public:
   }
 
   /// For the library's internals.
-  variable(std::shared_ptr<detail::variable_state> state, std::optional<std::size_t> component)
-    : state_(std::move(state)), component_(component) {}
   detail::variable_state& state() const noexcept { return *state_; }
   std::optional<std::size_t> component() const noexcept { return component_; }
 
 private:
+  // The library makes variables from their state through detail::variable_access.
+  friend struct detail::variable_access;
+
+  variable(std::shared_ptr<detail::variable_state> state, std::optional<std::size_t> component)
+    : state_(std::move(state)), component_(component) {}
+
   std::shared_ptr<detail::variable_state> state_;
   std::optional<std::size_t> component_;
 };

@@ -6,7 +6,7 @@ namespace lockstep::detail {
 
 inline_executor::inline_executor(strategy_state& state,
                                  std::optional<device_spec> device)
-  : state_(state), device_(std::move(device)), context_(state, 0, *this) {}
+  : state_(state), device_(std::move(device)), context_(replica_context_access::make(state, 0, *this)) {}
 
 std::vector<std::any>
 inline_executor::run(std::shared_ptr<const replica_function> fn,

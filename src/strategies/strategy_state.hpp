@@ -43,6 +43,24 @@ public:
   virtual bool stop() noexcept { return true; }
 };
 
+/// The library's way to a strategy handle's private constructor and state
+/// (public signatures name no detail type).
+struct strategy_access {
+  static lockstep::strategy make(std::shared_ptr<strategy_state> state) noexcept {
+    return lockstep::strategy{std::move(state)};
+  }
+  static strategy_state& state(const lockstep::strategy& s) noexcept { return s.state(); }
+};
+
+/// The library's way to replica_context's private constructor: the
+/// executors make one context per replica.
+struct replica_context_access {
+  static replica_context make(strategy_state& state, std::size_t replica_id,
+                              merge_channel& channel) noexcept {
+    return replica_context{state, replica_id, channel};
+  }
+};
+
 struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// The state of a new strategy. When the last handle goes, the replicas
   /// stop and the state is deleted, unless a replica is still stuck in user
@@ -66,7 +84,7 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// True for the process's default strategy (default_strategy_state()).
   bool is_default() const noexcept;
 
-  lockstep::strategy handle() { return lockstep::strategy{shared_from_this()}; }
+  lockstep::strategy handle() { return strategy_access::make(shared_from_this()); }
 
   const detail::topology topology;
   /// This worker's devices, one replica each (topology.local_devices).

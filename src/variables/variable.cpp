@@ -265,7 +265,7 @@ std::vector<variable> variable::values() const {
     return {*this};
   std::vector<variable> out;
   for (std::size_t i = 0; i < state_->copies.size(); ++i)
-    out.emplace_back(state_, i);
+    out.push_back(variable{state_, i});
   return out;
 }
 

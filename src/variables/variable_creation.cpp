@@ -87,7 +87,7 @@ variable make_variable(strategy_state& strategy, variable_kind kind, const std::
     s->copies.push_back(std::make_shared<detail::variable_copy>(
       s->copy_names.back(), i, initial.to(devices[i]), executor));
   }
-  return variable{std::move(s), std::nullopt};
+  return variable_access::make(std::move(s), std::nullopt);
 }
 
 variable make_distributed(strategy_state& strategy, const std::string& name,

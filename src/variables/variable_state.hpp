@@ -69,6 +69,14 @@ struct variable_state : std::enable_shared_from_this<variable_state> {
   void check_write(std::uint64_t seq);
 };
 
+/// The library's way to variable's private constructor.
+struct variable_access {
+  static variable make(std::shared_ptr<variable_state> state,
+                       std::optional<std::size_t> component) {
+    return variable{std::move(state), component};
+  }
+};
+
 /// Creates a variable for the current context (the variable creator).
 variable create_variable(std::optional<tensor> initial_value, variable_options options);
 

@@ -35,7 +35,7 @@ public:
     try {
       update_context_guard context{*var->strategy, copy};
       device_scope placement{var->devices[copy]};
-      const variable component{var, copy};
+      const variable component = variable_access::make(var, copy);
       fn_->call(copy, &value, &component);
     } catch (...) {
       if (posted_)
