@@ -94,6 +94,10 @@ void check_iterations(std::size_t iterations);
 /// for the default strategy, the calling thread's current device.
 std::vector<device_spec> replica_devices(const strategy_state& state);
 
+/// The input_context of this worker's one input pipeline: pipeline
+/// `worker index` of `workers`, for all replicas in sync.
+input_context worker_input_context(const strategy_state& state);
+
 } // namespace detail
 
 /// RAII guard of `strategy_extended::colocate_vars_with`.
@@ -452,7 +456,8 @@ public:
 
   /// TF's experimental_distribute_datasets_from_function: calls
   /// `fn(const input_context&)` once, for the one input pipeline of this
-  /// worker (num_input_pipelines 1, input_pipeline_id 0), and distributes
+  /// worker (num_input_pipelines: the workers, input_pipeline_id: this
+  /// worker's index; 1 and 0 in one process), and distributes
   /// the dataset it returns, whose elements are per-replica batches:
   /// step k gives replica r element k * num_replicas_in_sync() + r. When
   /// the data ends in the middle of a step, the replicas after the last
@@ -468,7 +473,7 @@ public:
                   "experimental_distribute_datasets_from_function needs "
                   "#include \"lockstep/distributed_dataset.hpp\"");
     auto devices = detail::replica_devices(*state_);
-    const input_context context{1, 0, devices.size()};
+    const auto context = detail::worker_input_context(*state_);
     dataset<element_type> data = fn(context);
     return distributed_dataset<element_type>{
       std::move(data), distributed_dataset<element_type>::mode::per_replica_batches,

@@ -50,6 +50,11 @@ std::vector<device_spec> replica_devices(const strategy_state& state) {
   return state.devices;
 }
 
+input_context worker_input_context(const strategy_state& state) {
+  const auto& topology = state.topology;
+  return input_context{topology.workers, topology.worker_index, topology.replicas()};
+}
+
 std::size_t replica_id(const replica_context& ctx) {
   return ctx.replica_id_in_sync_group();
 }
