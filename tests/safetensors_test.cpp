@@ -165,6 +165,18 @@ TEST_CASE("a file written by another tool decodes") {
   CHECK(contents.tensors.at("b") == tensor::from<std::int32_t>({-2, 5}));
 }
 
+TEST_CASE("F16 and BF16 tensors written by another tool decode") {
+  const std::string header =
+    R"({"h": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}, )"
+    R"("b": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}})";
+  const std::string buffer = bytes_of({0x00, 0x3c, 0x00, 0xc0})   // 1, -2
+                             + bytes_of({0xc0, 0x3f, 0x80, 0xbf}); // 1.5, -1
+  auto contents = decode_safetensors(file_with(header, buffer), "half.safetensors");
+  CHECK(contents.tensors.at("h") == tensor::from<float16_t>({float16_t(1.0f), float16_t(-2.0f)}));
+  CHECK(contents.tensors.at("b")
+        == tensor::from<bfloat16_t>({bfloat16_t(1.5f), bfloat16_t(-1.0f)}));
+}
+
 // -- encoder errors -----------------------------------------------------------
 
 TEST_CASE("the encoder rejects names and metadata it cannot write") {
@@ -270,13 +282,13 @@ TEST_CASE("errors about huge shapes and offsets quote their first items only") {
 
 TEST_CASE("unsupported dtypes throw dtype_error naming the dtype") {
   auto message = error_of<dtype_error>([] {
-    decode_safetensors(file_with(R"({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}})",
+    decode_safetensors(file_with(R"({"w": {"dtype": "U16", "shape": [1], "data_offsets": [0, 2]}})",
                                  "01"),
                        "test.safetensors");
   });
-  CHECK(message == "test.safetensors: tensor \"w\": dtype BF16 is not supported; lockstep reads "
-                   "F32, F64, I32, I64");
-  for (auto name : {"F16", "U8", "BOOL", "f32", ""})
+  CHECK(message == "test.safetensors: tensor \"w\": dtype U16 is not supported; lockstep reads "
+                   "F32, F64, I32, I64, F16, BF16");
+  for (auto name : {"U8", "BOOL", "f32", "f16", "bf16", ""})
     CHECK_THROWS_AS(decode_safetensors(file_with(R"({"w": {"dtype": ")" + std::string(name)
                                                  + R"(", "shape": [], "data_offsets": [0, 4]}})",
                                                  "0123"),

@@ -75,4 +75,13 @@ public:
   using error::error;
 };
 
+/// A device cannot do what was asked: the host read a buffer in memory it
+/// cannot reach (copy the tensor with `to(device)` first), a device kind has
+/// no kernel or copy for an operation, or a device call failed. The message
+/// names the device (or device kind) and the operation.
+class device_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace lockstep

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lockstep/device_buffer.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/dtype.hpp"
 
@@ -21,8 +22,13 @@ using shape_t = std::vector<std::int64_t>;
 /// "[2, 3]"; "[]" for a scalar.
 std::string shape_to_string(const shape_t& shape);
 
-/// A dense, row-major array of one dtype in a reference-counted host buffer
-/// (64-byte aligned), tagged with the canonical device it lives on.
+/// A dense, row-major array of one dtype in a reference-counted buffer that
+/// belongs to the canonical device it lives on: memory of that device's
+/// kind (host memory, 64-byte aligned, for CPU devices and, until the CUDA
+/// kind exists, for GPU devices too). Element access from the host
+/// (`data()`, `raw_data()`, `at()`, `as_double()`, `to_string()`, `==`)
+/// throws device_error for a buffer the host cannot read; `to(device)`
+/// copies it to a host device first.
 /// Copying a tensor copies the handle: both copies share one buffer, and a
 /// write through either is seen by both. `copy()` and `to()` copy the data.
 class tensor {
@@ -112,11 +118,23 @@ public:
     return {static_cast<const T*>(raw_data()), static_cast<std::size_t>(num_elements_)};
   }
 
-  /// The start of the buffer (`byte_size()` bytes).
-  void* raw_data() { return buffer_.get(); }
+  /// The start of the buffer (`byte_size()` bytes). Throws device_error,
+  /// naming the device, unless the host can read the buffer.
+  void* raw_data() {
+    check_host_accessible();
+    return buffer_.data();
+  }
 
-  /// The start of the buffer, read-only.
-  const void* raw_data() const { return buffer_.get(); }
+  /// The start of the buffer, read-only; throws as the non-const overload.
+  const void* raw_data() const {
+    check_host_accessible();
+    return buffer_.data();
+  }
+
+  /// The buffer: its address in the device's memory, its length and its
+  /// memory kind. For device kernels and copies; the host reads elements
+  /// through `data()`.
+  const device_buffer& buffer() const noexcept { return buffer_; }
 
   /// Element `flat_index` in row-major order. Throws dtype_error as
   /// `data<T>()`, and value_error unless 0 <= flat_index < num_elements().
@@ -164,10 +182,17 @@ private:
 
   void check_index(std::int64_t flat_index) const;
 
+  void check_host_accessible() const {
+    if (!buffer_.host_accessible()) [[unlikely]]
+      throw_not_host_accessible();
+  }
+
+  [[noreturn]] void throw_not_host_accessible() const;
+
   lockstep::dtype dtype_;
   shape_t shape_;
   std::int64_t num_elements_;
-  std::shared_ptr<std::byte> buffer_;
+  device_buffer buffer_;
   device_spec device_;
 };
 
@@ -179,10 +204,15 @@ bool operator==(const tensor& lhs, const tensor& rhs);
 std::ostream& operator<<(std::ostream& out, const tensor& t);
 
 // -- kernels ------------------------------------------------------------------
-// In-place elementwise kernels over host buffers. Binary kernels check the
+// In-place elementwise kernels, run by the kernel table of the buffers'
+// device kind (the host kind's for host memory). Binary kernels check the
 // dtypes first (dtype_error) and then the shapes (shape_error), naming both
-// sides. Devices are not compared: every buffer is host memory. Integer
-// results must fit the dtype, as in C++.
+// sides; then both buffers must be in one kind of memory (device_error
+// otherwise; host memory labelled with different devices is one kind). A
+// kind without the kernel throws device_error naming the kind and kernel.
+// Integer results must fit the dtype, as in C++. float16 and bfloat16 are
+// computed in float and rounded to nearest even once per element and call
+// (a factor or divisor is cast to float, not to the 16-bit type).
 
 /// `accumulator += x`, elementwise. `x` may share the accumulator's buffer.
 void add_into(tensor& accumulator, const tensor& x);
@@ -218,7 +248,8 @@ void scale_into(tensor& x, double factor);
 /// dtypes divide by `divisor` cast to the dtype.
 void divide_into(tensor& x, std::int64_t divisor);
 
-/// Copies the elements of `source` into `destination`'s buffer.
+/// Copies the elements of `source` into `destination`'s buffer, between
+/// kinds of memory through the registered copy (device_error if none).
 void copy_into(tensor& destination, const tensor& source);
 
 /// The sum of `x` over dimension `axis`: a new tensor on `x`'s device whose

@@ -41,11 +41,19 @@ struct published_buffers {
   std::vector<void*> outputs;
 };
 
+/// Scratch bytes per element of a chunk: the accumulator; for half types a
+/// float accumulator and the rounded block.
+template <class T>
+constexpr std::size_t scratch_per_element = is_half_v<T> ? sizeof(float) + sizeof(T) : sizeof(T);
+
 /// Reduces elements [offset, offset + count) of tensor `index` of every
-/// rank's pack into every rank's output, chunk by chunk.
+/// rank's pack into every rank's output, chunk by chunk, through `block`
+/// (chunk * scratch_per_element<T> bytes). Half types combine the ranks'
+/// chunks in float and round once into every output, so every rank gets
+/// the same bits.
 template <reduce_op Op, class T>
 void reduce_segment(const collective_group& group, std::size_t index, std::size_t offset,
-                    std::size_t count, std::size_t chunk, T* accumulator) {
+                    std::size_t count, std::size_t chunk, std::byte* block) {
   const auto n = group.size();
   const auto input = [&](std::size_t r) {
     const auto* buffers = static_cast<const published_buffers*>(group.payload(r));
@@ -55,6 +63,24 @@ void reduce_segment(const collective_group& group, std::size_t index, std::size_
     const auto* buffers = static_cast<const published_buffers*>(group.payload(r));
     return static_cast<T*>(buffers->outputs[index]) + offset;
   };
+  if constexpr (is_half_v<T>) {
+    auto* wide = reinterpret_cast<float*>(block);
+    auto* rounded = reinterpret_cast<T*>(wide + chunk);
+    for (std::size_t done = 0; done < count; done += chunk) {
+      const auto length = std::min(chunk, count - done);
+      const auto size = static_cast<std::int64_t>(length);
+      widen(input(0) + done, wide, size);
+      for (std::size_t r = 1; r < n; ++r)
+        combine_widened<Op>(wide, input(r) + done, size);
+      if constexpr (Op == reduce_op::mean)
+        divide_loop(wide, static_cast<std::int64_t>(n), size);
+      narrow(wide, rounded, size);
+      for (std::size_t r = 0; r < n; ++r)
+        std::memcpy(output(r) + done, rounded, length * sizeof(T));
+    }
+    return;
+  }
+  auto* accumulator = reinterpret_cast<T*>(block);
   for (std::size_t done = 0; done < count; done += chunk) {
     const auto length = std::min(chunk, count - done);
     std::memcpy(accumulator, input(0) + done, length * sizeof(T));
@@ -96,10 +122,10 @@ template <reduce_op Op, class T>
 void reduce_slice(const collective_group& group, const allreduce_buffers& mine,
                   std::size_t first, std::size_t last, std::size_t chunk_bytes) {
   const auto chunk = std::max<std::size_t>(1, chunk_bytes / sizeof(T));
-  auto* accumulator = reinterpret_cast<T*>(scratch(chunk * sizeof(T)));
+  auto* block = scratch(chunk * scratch_per_element<T>);
   for_each_segment(mine.inputs, first, last,
                    [&](std::size_t i, std::size_t offset, std::size_t count) {
-                     reduce_segment<Op, T>(group, i, offset, count, chunk, accumulator);
+                     reduce_segment<Op, T>(group, i, offset, count, chunk, block);
                    });
 }
 
@@ -110,6 +136,17 @@ void reduce_slice(const collective_group& group, const allreduce_buffers& mine,
 template <reduce_op Op, class T>
 void reduce_inline(const collective_group& group, std::uint64_t seq, std::size_t count,
                    T* accumulator) {
+  if constexpr (is_half_v<T>) { // in float, rounded once, as reduce_segment
+    alignas(64) float wide[collective_group::inline_capacity / sizeof(T)];
+    const auto size = static_cast<std::int64_t>(count);
+    widen(static_cast<const T*>(group.inline_data(0, seq)), wide, size);
+    for (std::size_t r = 1; r < group.size(); ++r)
+      combine_widened<Op>(wide, static_cast<const T*>(group.inline_data(r, seq)), size);
+    if constexpr (Op == reduce_op::mean)
+      divide_loop(wide, static_cast<std::int64_t>(group.size()), size);
+    narrow(wide, accumulator, size);
+    return;
+  }
   std::memcpy(accumulator, group.inline_data(0, seq), count * sizeof(T));
   for (std::size_t r = 1; r < group.size(); ++r)
     combine_loop<Op>(accumulator, static_cast<const T*>(group.inline_data(r, seq)),

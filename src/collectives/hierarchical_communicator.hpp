@@ -14,6 +14,8 @@
 // integers truncate as a flat all-reduce does; floating sums associate as
 // ((group 0) + (group 1) + ...), which may differ in the last bits from a
 // flat all-reduce's rank order, but is the same on every rank and run.
+// float16 and bfloat16 round once per stage (the flat all-reduce rounds
+// once in all).
 //
 // Failures reach every rank of every group: a local stage that fails fails
 // on all local ranks, and the leader still joins the leaders' stage,

@@ -2,22 +2,66 @@
 
 // The tensor kernel behind each reduce_op, for the cross_device_ops that
 // reduce on the calling thread (reduction_to_one_device, hierarchical_copy).
-// A reduction of N components is: a copy of the first, `combine_into` with
-// each of the others in a fixed order, then `finish_reduction`.
+// A reduction of N components is: `start_reduction` with the first (a
+// copy), `combine_into` with each of the others in a fixed order, then
+// `finish_reduction`. float16 and bfloat16 components are combined into a
+// float32 accumulator and rounded once at the end, as allreduce_slices does,
+// so both give the same bits.
 
 #include "lockstep/error.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 
+#include "devices/elementwise_loops.hpp"
+
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace lockstep::detail {
+
+/// The accumulator of a reduction whose first component is `first`: a copy
+/// on `device`; for float16 and bfloat16 a float32 copy (exact).
+inline tensor start_reduction(const tensor& first, const device_spec& device) {
+  if (!is_half(first.dtype()))
+    return first.to(device);
+  auto wide = tensor::uninitialized(dtype::f32, first.shape(), device);
+  visit_dtype(first.dtype(), [&]<class T>(T) {
+    if constexpr (is_half_v<T>)
+      widen(first.data<T>().data(), wide.data<float>().data(), first.num_elements());
+  });
+  return wide;
+}
 
 /// `accumulator = accumulator op x`, elementwise: add_into for SUM and MEAN
 /// (MEAN divides once, in `finish_reduction`), multiply_into for PROD,
 /// min_into and max_into for MIN and MAX. Throws as those kernels do.
 inline void combine_into(reduce_op op, tensor& accumulator, const tensor& x) {
+  if (accumulator.dtype() == dtype::f32 && is_half(x.dtype())) { // start_reduction's
+    if (accumulator.shape() != x.shape())
+      throw shape_error("combine_into: shape " + shape_to_string(accumulator.shape()) + " vs "
+                        + shape_to_string(x.shape()));
+    auto* sums = accumulator.data<float>().data();
+    visit_dtype(x.dtype(), [&]<class T>(T) {
+      if constexpr (is_half_v<T>) {
+        const auto* operands = x.data<T>().data();
+        const auto count = x.num_elements();
+        switch (op) {
+          case reduce_op::sum:
+          case reduce_op::mean:
+            return combine_widened<reduce_op::sum>(sums, operands, count);
+          case reduce_op::prod:
+            return combine_widened<reduce_op::prod>(sums, operands, count);
+          case reduce_op::min:
+            return combine_widened<reduce_op::min>(sums, operands, count);
+          case reduce_op::max:
+            return combine_widened<reduce_op::max>(sums, operands, count);
+        }
+        throw value_error("combine_into: invalid reduce_op");
+      }
+    });
+    return;
+  }
   switch (op) {
     case reduce_op::sum:
     case reduce_op::mean:
@@ -32,12 +76,23 @@ inline void combine_into(reduce_op op, tensor& accumulator, const tensor& x) {
   throw value_error("combine_into: invalid reduce_op");
 }
 
-/// Turns the combination of `count` components into the result: MEAN
-/// divides by `count` (integers truncate toward zero, as divide_into); the
-/// other ops are already done.
-inline void finish_reduction(reduce_op op, tensor& total, std::size_t count) {
+/// Turns the combination of `count` components of dtype `type` into the
+/// result: MEAN divides by `count` (integers truncate toward zero, as
+/// divide_into); the other ops are already done. A float32 accumulator of
+/// half components is then rounded to `type` once, into a new buffer on
+/// its device.
+inline void finish_reduction(reduce_op op, tensor& total, std::size_t count,
+                             lockstep::dtype type) {
   if (op == reduce_op::mean)
     divide_into(total, static_cast<std::int64_t>(count));
+  if (total.dtype() == type)
+    return;
+  auto rounded = tensor::uninitialized(type, total.shape(), total.device());
+  visit_dtype(type, [&]<class T>(T) {
+    if constexpr (is_half_v<T>)
+      narrow(total.data<float>().data(), rounded.data<T>().data(), total.num_elements());
+  });
+  total = std::move(rounded);
 }
 
 } // namespace lockstep::detail

@@ -42,7 +42,7 @@ namespace {
 /// buffer on `device`.
 tensor combine_group(reduce_op op, const per_replica<tensor>& value, std::size_t begin,
                      std::size_t end, const device_spec& device) {
-  auto result = value[begin].to(device);
+  auto result = detail::start_reduction(value[begin], device);
   for (auto r = begin + 1; r < end; ++r)
     detail::combine_into(op, result, value[r]);
   return result;
@@ -62,10 +62,14 @@ std::vector<tensor> reduce_hierarchically(reduce_op op, const per_replica<tensor
   // MAX keep the first half's of two equal values either way.
   tensor total = main_in_first ? first : first.to(devices[main]);
   detail::combine_into(op, total, second);
-  detail::finish_reduction(op, total, n);
-  // The partner's group result is spent: its buffer receives the total.
+  detail::finish_reduction(op, total, n, value[0].dtype());
+  // The partner's group result is spent: its buffer receives the total
+  // (unless it is a float32 accumulator of half components).
   tensor& at_partner = main_in_first ? second : first;
-  copy_into(at_partner, total);
+  if (at_partner.dtype() == total.dtype())
+    copy_into(at_partner, total);
+  else
+    at_partner = total.to(at_partner.device());
   std::vector<tensor> out;
   out.reserve(n);
   for (std::size_t r = 0; r < n; ++r) {

@@ -25,10 +25,10 @@ reduction_to_one_device::reduce_implementation(reduce_op op,
                                                const per_replica<tensor>& value,
                                                const destinations& destination) {
   const auto& device = reduce_to_device_ ? *reduce_to_device_ : destination.devices()[0];
-  auto total = value.primary().to(device);
+  auto total = detail::start_reduction(value.primary(), device);
   for (std::size_t r = 1; r < value.size(); ++r)
     detail::combine_into(op, total, value[r]);
-  detail::finish_reduction(op, total, value.size());
+  detail::finish_reduction(op, total, value.size(), value.primary().dtype());
   // The reduced buffer goes to the first destination on its device; every
   // other destination (even one naming that device again) gets its own copy.
   std::vector<tensor> copies;

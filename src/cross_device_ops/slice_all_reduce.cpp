@@ -18,6 +18,7 @@
 #include "transport/shm/shm_communicator.hpp"
 #include "strategies/completion.hpp"
 #include "devices/device_executor.hpp"
+#include "devices/device_registry.hpp"
 #include "runtime/spin_wait.hpp"
 
 #include "lockstep/error.hpp"
@@ -99,7 +100,7 @@ slice_all_reduce::batch_reduce_implementation(reduce_op op, const std::vector<re
   const auto spin = detail::spin_budget(n + 1);
   std::vector<std::shared_ptr<detail::device_executor>> executors;
   for (const auto& d : devices) {
-    executors.push_back(detail::device_executor::of(d, spin));
+    executors.push_back(detail::executor_of(d, spin));
     // Called by a device's own thread (inside an update): its rank could
     // never start, so reduce on this thread instead.
     if (executors.back()->on_this_thread())

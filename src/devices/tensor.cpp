@@ -11,21 +11,15 @@
 
 #include "lockstep/error.hpp"
 
+#include "devices/device_registry.hpp"
 #include "runtime/error_text.hpp"
 
 namespace lockstep {
 
 namespace {
 
-constexpr std::align_val_t buffer_alignment{64};
-
 // Keeps byte counts (elements times at most 8 bytes) within std::int64_t.
 constexpr std::int64_t max_elements = std::numeric_limits<std::int64_t>::max() / 8;
-
-std::shared_ptr<std::byte> allocate_buffer(std::size_t bytes) {
-  auto* buffer = static_cast<std::byte*>(::operator new(bytes, buffer_alignment));
-  return {buffer, [](std::byte* p) { ::operator delete(p, buffer_alignment); }};
-}
 
 std::int64_t checked_num_elements(const shape_t& shape) {
   std::int64_t count = 1;
@@ -43,11 +37,15 @@ std::string dtype_name(dtype type) {
   return std::string(to_string(type));
 }
 
-// The shortest text that reads back as `value`.
+// The shortest text that reads back as `value` (half types: as float, which
+// holds every value exactly).
 template <class T>
 std::string format_element(T value) {
   char text[32];
-  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
+  if constexpr (is_half_v<T>)
+    return std::string(text, std::to_chars(text, text + sizeof text, static_cast<float>(value)).ptr);
+  else
+    return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
 }
 
 } // namespace
@@ -66,7 +64,7 @@ tensor::tensor(lockstep::dtype type, shape_t shape, const device_spec& device)
   : dtype_(type),
     shape_(std::move(shape)),
     num_elements_(checked_num_elements(shape_)),
-    buffer_(allocate_buffer(byte_size())),
+    buffer_(detail::allocate_buffer(detail::kind_of(device), byte_size())),
     device_(device.canonical()) {
 }
 
@@ -75,7 +73,7 @@ tensor::tensor() : tensor(lockstep::dtype::f32, {0}, current_device()) {
 
 tensor tensor::zeros(lockstep::dtype type, shape_t shape, const device_spec& device) {
   tensor result(type, std::move(shape), device);
-  std::memset(result.raw_data(), 0, result.byte_size());
+  detail::kind_of(result).zero(result.buffer_.data(), result.byte_size());
   return result;
 }
 
@@ -85,6 +83,9 @@ tensor tensor::uninitialized(lockstep::dtype type, shape_t shape, const device_s
 
 tensor tensor::filled(lockstep::dtype type, shape_t shape, double value,
                       const device_spec& device) {
+  // Memory the host cannot write is filled on the host and copied over.
+  if (!detail::kind_of(device).host_accessible)
+    return filled(type, std::move(shape), value, cpu_device(0)).to(device);
   tensor result(type, std::move(shape), device);
   visit_dtype(type,
               [&]<class T>(T) { std::ranges::fill(result.data<T>(), static_cast<T>(value)); });
@@ -93,6 +94,8 @@ tensor tensor::filled(lockstep::dtype type, shape_t shape, double value,
 
 tensor tensor::from_elements(lockstep::dtype type, const void* elements, std::size_t count,
                              shape_t shape, const device_spec& device) {
+  if (!detail::kind_of(device).host_accessible)
+    return from_elements(type, elements, count, std::move(shape), cpu_device(0)).to(device);
   tensor result(type, std::move(shape), device);
   if (static_cast<std::size_t>(result.num_elements_) != count)
     throw shape_error("tensor::from: " + std::to_string(count) + " values for shape "
@@ -116,6 +119,14 @@ void tensor::check_element_type(lockstep::dtype requested) const {
                       + " elements of a " + dtype_name(dtype_) + " tensor");
 }
 
+void tensor::throw_not_host_accessible() const {
+  throw device_error("tensor: the buffer of this " + dtype_name(dtype_) + shape_to_string(shape_)
+                     + " tensor is in " + std::string(detail::kind_of(*this).name)
+                     + " memory of device " + device_.to_string()
+                     + ", which the host cannot read; copy it to the host with "
+                       "to(device), e.g. t.to(\"/cpu:0\")");
+}
+
 void tensor::check_index(std::int64_t flat_index) const {
   if (flat_index < 0 || flat_index >= num_elements_)
     throw value_error("tensor: flat index " + std::to_string(flat_index)
@@ -124,6 +135,7 @@ void tensor::check_index(std::int64_t flat_index) const {
 }
 
 double tensor::as_double(std::int64_t flat_index) const {
+  check_host_accessible();
   check_index(flat_index);
   return visit_dtype(dtype_, [&]<class T>(T) {
     return static_cast<double>(data<T>()[static_cast<std::size_t>(flat_index)]);
@@ -138,7 +150,8 @@ tensor tensor::copy() const {
 
 tensor tensor::to(const device_spec& device) const {
   tensor result(dtype_, shape_, device);
-  std::memcpy(result.raw_data(), raw_data(), byte_size());
+  detail::copy_between(detail::kind_of(*this), detail::kind_of(result))(
+    result.buffer_.data(), buffer_.data(), byte_size());
   return result;
 }
 
@@ -158,6 +171,7 @@ tensor tensor::reshaped(shape_t shape) const {
 }
 
 std::string tensor::to_string() const {
+  check_host_accessible();
   constexpr std::int64_t max_listed = 8; // beyond this, list 3 + "..." + 3
   std::string result = "tensor<" + dtype_name(dtype_) + ">" + shape_to_string(shape_) + "{";
   visit_dtype(dtype_, [&]<class T>(T) {

@@ -1,24 +1,19 @@
-// Elementwise kernels over host buffers. Each is one template over the
-// element type, dispatched once per call through visit_dtype; the loops run
-// in blocks (elementwise_loops.hpp explains why).
+// The public tensor kernels: they check dtypes, shapes and memory kinds,
+// then run the kernel of the buffers' device kind from the registry (the
+// host kind's are in host/host_kernels.cpp).
 
-#include <cstring>
-#include <functional>
-#include <numeric>
-#include <type_traits>
+#include <string>
 
 #include "lockstep/error.hpp"
 #include "lockstep/tensor.hpp"
 
-#include "devices/elementwise_loops.hpp"
+#include "devices/device_registry.hpp"
 
 namespace lockstep {
 
 namespace {
 
-using detail::combine_loop;
-using detail::divide_loop;
-using detail::in_blocks;
+using detail::kernel_table;
 
 void check_same_dtype_and_shape(std::string_view kernel, const tensor& lhs, const tensor& rhs) {
   if (lhs.dtype() != rhs.dtype())
@@ -29,152 +24,80 @@ void check_same_dtype_and_shape(std::string_view kernel, const tensor& lhs, cons
                       + shape_to_string(rhs.shape()));
 }
 
-template <class T>
-void subtract_loop(T* __restrict accumulator, const T* __restrict x, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i)
-    accumulator[i] -= x[i];
+/// Both buffers must be in one kind of memory (host memory labelled with
+/// different devices is one kind).
+void check_same_kind(std::string_view kernel, const tensor& lhs, const tensor& rhs) {
+  const auto& lhs_kind = detail::kind_of(lhs);
+  const auto& rhs_kind = detail::kind_of(rhs);
+  if (&lhs_kind != &rhs_kind)
+    throw device_error(std::string(kernel) + ": operands in different memory: "
+                       + std::string(lhs_kind.name) + " (" + lhs.device().to_string() + ") vs "
+                       + std::string(rhs_kind.name) + " (" + rhs.device().to_string()
+                       + "); copy one with to(device) first");
 }
 
-/// Runs `loop(results, operands, length)` over the elements in blocks, after
-/// the dtype and shape checks. `x` may share the accumulator's buffer: the
-/// loops assume distinct buffers, so it is then read from a copy.
-template <class Loop>
-void binary_in_blocks(std::string_view kernel, tensor& accumulator, const tensor& x, Loop loop) {
+void run_binary(std::string_view kernel, kernel_table::binary_kernel kernel_table::*entry,
+                tensor& accumulator, const tensor& x) {
   check_same_dtype_and_shape(kernel, accumulator, x);
-  const tensor source = accumulator.same_buffer(x) ? x.copy() : x;
-  visit_dtype(x.dtype(), [&]<class T>(T) {
-    auto* results = accumulator.data<T>().data();
-    const auto* operands = source.data<T>().data();
-    in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
-      loop(results + offset, operands + offset, length);
-    });
-  });
-}
-
-/// accumulator = accumulator op x, with the collectives' combine_loop.
-template <reduce_op Op>
-void combine_kernel(std::string_view kernel, tensor& accumulator, const tensor& x) {
-  binary_in_blocks(kernel, accumulator, x,
-                   [](auto* results, const auto* operands, std::int64_t length) {
-                     combine_loop<Op>(results, operands, length);
-                   });
-}
-
-template <class T>
-void axpy_loop(T* __restrict y, double factor, const T* __restrict x, std::int64_t count) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const auto a = static_cast<T>(factor);
-    for (std::int64_t i = 0; i < count; ++i)
-      y[i] += a * x[i];
-  } else {
-    for (std::int64_t i = 0; i < count; ++i)
-      y[i] = static_cast<T>(static_cast<double>(y[i]) + factor * static_cast<double>(x[i]));
-  }
-}
-
-template <class T>
-void scale_loop(T* __restrict x, double factor, std::int64_t count) {
-  if constexpr (std::is_floating_point_v<T>) {
-    const auto cast_factor = static_cast<T>(factor);
-    for (std::int64_t i = 0; i < count; ++i)
-      x[i] *= cast_factor;
-  } else {
-    for (std::int64_t i = 0; i < count; ++i)
-      x[i] = static_cast<T>(static_cast<double>(x[i]) * factor);
-  }
-}
-
-std::int64_t product(shape_t::const_iterator first, shape_t::const_iterator last) {
-  return std::accumulate(first, last, std::int64_t{1}, std::multiplies<>{});
+  check_same_kind(kernel, accumulator, x);
+  detail::kernel_of(accumulator, entry, kernel)(accumulator, x);
 }
 
 } // namespace
 
 void add_into(tensor& accumulator, const tensor& x) {
-  combine_kernel<reduce_op::sum>("add_into", accumulator, x);
+  run_binary("add_into", &kernel_table::add, accumulator, x);
 }
 
 void subtract_into(tensor& accumulator, const tensor& x) {
-  binary_in_blocks("subtract_into", accumulator, x,
-                   [](auto* results, const auto* operands, std::int64_t length) {
-                     subtract_loop(results, operands, length);
-                   });
+  run_binary("subtract_into", &kernel_table::subtract, accumulator, x);
 }
 
 void multiply_into(tensor& accumulator, const tensor& x) {
-  combine_kernel<reduce_op::prod>("multiply_into", accumulator, x);
+  run_binary("multiply_into", &kernel_table::multiply, accumulator, x);
 }
 
 void min_into(tensor& accumulator, const tensor& x) {
-  combine_kernel<reduce_op::min>("min_into", accumulator, x);
+  run_binary("min_into", &kernel_table::min, accumulator, x);
 }
 
 void max_into(tensor& accumulator, const tensor& x) {
-  combine_kernel<reduce_op::max>("max_into", accumulator, x);
+  run_binary("max_into", &kernel_table::max, accumulator, x);
 }
 
 void axpy_into(tensor& y, double factor, const tensor& x) {
   check_same_dtype_and_shape("axpy_into", y, x);
-  const tensor source = y.same_buffer(x) ? x.copy() : x;
-  visit_dtype(x.dtype(), [&]<class T>(T) {
-    auto* results = y.data<T>().data();
-    const auto* addends = source.data<T>().data();
-    in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
-      axpy_loop(results + offset, factor, addends + offset, length);
-    });
-  });
+  check_same_kind("axpy_into", y, x);
+  detail::kernel_of(y, &kernel_table::axpy, "axpy_into")(y, factor, x);
 }
 
 void scale_into(tensor& x, double factor) {
-  visit_dtype(x.dtype(), [&]<class T>(T) {
-    auto* elements = x.data<T>().data();
-    in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
-      scale_loop(elements + offset, factor, length);
-    });
-  });
+  detail::kernel_of(x, &kernel_table::scale, "scale_into")(x, factor);
 }
 
 void divide_into(tensor& x, std::int64_t divisor) {
   if (divisor == 0 && is_integer(x.dtype()))
     throw value_error("divide_into: integer division by zero");
-  visit_dtype(x.dtype(), [&]<class T>(T) {
-    auto* elements = x.data<T>().data();
-    in_blocks(x.num_elements(), [=](std::int64_t offset, std::int64_t length) {
-      divide_loop(elements + offset, divisor, length);
-    });
-  });
+  detail::kernel_of(x, &kernel_table::divide, "divide_into")(x, divisor);
 }
 
 void copy_into(tensor& destination, const tensor& source) {
   check_same_dtype_and_shape("copy_into", destination, source);
-  if (!destination.same_buffer(source))
-    std::memcpy(destination.raw_data(), source.raw_data(), source.byte_size());
+  const auto& from = detail::kind_of(source);
+  const auto& to = detail::kind_of(destination);
+  if (&from != &to) {
+    detail::copy_between(from, to)(destination.buffer().data(), source.buffer().data(),
+                                   source.byte_size());
+    return;
+  }
+  detail::kernel_of(destination, &kernel_table::copy, "copy_into")(destination, source);
 }
 
 tensor reduce_sum_axis(const tensor& x, std::size_t axis) {
-  const auto& shape = x.shape();
-  if (axis >= shape.size())
+  if (axis >= x.rank())
     throw value_error("reduce_sum_axis: axis " + std::to_string(axis)
-                      + " is out of range for shape " + shape_to_string(shape));
-  const auto axis_at = shape.begin() + static_cast<std::ptrdiff_t>(axis);
-  shape_t result_shape = shape;
-  result_shape.erase(result_shape.begin() + static_cast<std::ptrdiff_t>(axis));
-  auto result = tensor::zeros(x.dtype(), std::move(result_shape), x.device());
-  // x viewed as [outer, extent, inner]; each of its rows of `inner`
-  // contiguous elements is added into row `o` of result, viewed as [outer, inner].
-  const auto outer = product(shape.begin(), axis_at);
-  const auto extent = *axis_at;
-  const auto inner = product(axis_at + 1, shape.end());
-  visit_dtype(x.dtype(), [&]<class T>(T) {
-    const auto* input = x.data<T>().data();
-    auto* sums = result.data<T>().data();
-    for (std::int64_t o = 0; o < outer; ++o)
-      for (std::int64_t k = 0; k < extent; ++k)
-        in_blocks(inner, [=](std::int64_t offset, std::int64_t length) {
-          combine_loop<reduce_op::sum>(sums + o * inner + offset, input + (o * extent + k) * inner + offset, length);
-        });
-  });
-  return result;
+                      + " is out of range for shape " + shape_to_string(x.shape()));
+  return detail::kernel_of(x, &kernel_table::reduce_sum_axis, "reduce_sum_axis")(x, axis);
 }
 
 } // namespace lockstep

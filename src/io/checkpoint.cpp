@@ -57,14 +57,16 @@ void check_unique_names(const std::vector<variable>& variables, const char* what
 }
 
 /// value_error naming `name` and the first NaN or infinity in `values`.
+/// (Half types are checked and printed as float.)
 template <class T>
 void check_finite(std::span<const T> values, const std::string& name) {
+  using wide = std::conditional_t<is_half_v<T>, float, T>;
   const auto bad = std::find_if(values.begin(), values.end(),
-                                [](T x) { return !std::isfinite(x); });
+                                [](T x) { return !std::isfinite(static_cast<wide>(x)); });
   if (bad == values.end())
     return;
   std::ostringstream value;
-  value << *bad;
+  value << static_cast<wide>(*bad);
   throw value_error("save: variable '" + name + "' holds " + value.str() + " at element "
                     + std::to_string(bad - values.begin())
                     + "; a checkpoint holds finite values only, so a run resumed from it can "
@@ -76,6 +78,10 @@ void check_finite(const tensor& value, const std::string& name) {
     check_finite(value.data<float>(), name);
   else if (value.dtype() == dtype::f64)
     check_finite(value.data<double>(), name);
+  else if (value.dtype() == dtype::f16)
+    check_finite(value.data<float16_t>(), name);
+  else if (value.dtype() == dtype::bf16)
+    check_finite(value.data<bfloat16_t>(), name);
 }
 
 /// The step of a file named "ckpt-<digits>.safetensors", else nullopt.

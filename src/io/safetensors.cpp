@@ -49,12 +49,16 @@ std::string_view safetensors_name(dtype type) {
       return "I32";
     case dtype::i64:
       return "I64";
+    case dtype::f16:
+      return "F16";
+    case dtype::bf16:
+      return "BF16";
   }
   throw dtype_error("safetensors: invalid dtype");
 }
 
 std::optional<dtype> dtype_of_safetensors_name(std::string_view name) {
-  for (auto type : {dtype::f32, dtype::f64, dtype::i32, dtype::i64})
+  for (auto type : {dtype::f32, dtype::f64, dtype::i32, dtype::i64, dtype::f16, dtype::bf16})
     if (safetensors_name(type) == name)
       return type;
   return std::nullopt;
@@ -185,7 +189,7 @@ safetensors_entry parse_entry(const std::string& name, const json& value,
   auto found_type = dtype_of_safetensors_name(type_name);
   if (!found_type)
     throw errors.unsupported(name, "dtype " + cut_text(type_name, 64)
-                                       + " is not supported; lockstep reads F32, F64, I32, I64");
+                                       + " is not supported; lockstep reads F32, F64, I32, I64, F16, BF16");
   entry.type = *found_type;
 
   entry.shape = parse_shape(member(value, "shape", name, errors), name, errors);

@@ -4,6 +4,7 @@
 
 #include "strategies/strategy_state.hpp"
 
+#include "devices/device_registry.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
@@ -70,7 +71,7 @@ detail::device_executor& strategy_state::device_executor(std::size_t device) {
     const auto spin = spin_budget(devices.size() + 1);
     for (const auto& d : devices) {
       try {
-        device_executors_.push_back(detail::device_executor::of(d, spin));
+        device_executors_.push_back(detail::executor_of(d, spin));
       } catch (const std::exception& e) { // std::system_error, or std::bad_alloc
         const auto started = device_executors_.size();
         device_executors_.clear(); // lets go of those started here

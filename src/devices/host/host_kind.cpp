@@ -1,0 +1,58 @@
+// The host device kind: host memory from the aligned operator new, the
+// per-device executor thread, memcpy between host buffers (built into the
+// registry) and the host kernels. It serves CPU devices and, until the CUDA
+// kind exists, GPU-named devices too (host memory labelled GPU).
+
+#include "devices/device_executor.hpp"
+#include "devices/device_registry.hpp"
+#include "devices/host/host_kernels.hpp"
+
+#include <cstring>
+#include <new>
+
+namespace lockstep::detail {
+
+namespace {
+
+// A cache line, and wide enough for every vector load on x86-64 and ARM.
+constexpr std::align_val_t host_alignment{64};
+
+void* host_allocate(std::size_t bytes) {
+  return ::operator new(bytes, host_alignment);
+}
+
+void host_free(void* memory) noexcept {
+  ::operator delete(memory, host_alignment);
+}
+
+void host_zero(void* memory, std::size_t bytes) {
+  if (bytes != 0)
+    std::memset(memory, 0, bytes);
+}
+
+constexpr device_kind host_memory{
+  .name = "host",
+  .host_accessible = true,
+  .allocate = host_allocate,
+  .free = host_free,
+  .zero = host_zero,
+  .executor = &device_executor::of,
+  .kernels = {.add = host::add,
+              .subtract = host::subtract,
+              .multiply = host::multiply,
+              .min = host::min,
+              .max = host::max,
+              .copy = host::copy,
+              .axpy = host::axpy,
+              .scale = host::scale,
+              .divide = host::divide,
+              .reduce_sum_axis = host::reduce_sum_axis},
+};
+
+} // namespace
+
+const device_kind& host_kind() noexcept {
+  return host_memory;
+}
+
+} // namespace lockstep::detail
