@@ -306,6 +306,67 @@ TEST_CASE("device_executor loses no task posted by many threads at once") {
   }
 }
 
+TEST_CASE("device_executor when_drained runs once every task posted before it ran") {
+  for (auto spin : {0us, 20us}) {
+    CAPTURE(spin.count());
+    device_executor executor{cpu_device(0), spin};
+
+    // Nothing pending: the callback runs at once, on the calling thread.
+    std::thread::id ran_on;
+    executor.when_drained([&] { ran_on = std::this_thread::get_id(); });
+    CHECK(ran_on == std::this_thread::get_id());
+
+    // Pending tasks: on the executor's thread, after them (and perhaps after
+    // later ones of the same batch).
+    gate blocked;
+    bool gate_opened = false;
+    int ran = 0;
+    executor.post([&] { gate_opened = blocked.wait(); });
+    for (int i = 0; i < 100; ++i)
+      executor.post([&] { ++ran; });
+    std::promise<int> seen;
+    std::promise<std::thread::id> seen_on;
+    executor.when_drained([&] {
+      seen_on.set_value(std::this_thread::get_id());
+      seen.set_value(ran);
+    });
+    executor.post([&] { ran += 1000; });
+    auto result = seen.get_future();
+    CHECK(result.wait_for(20ms) == std::future_status::timeout); // the gate holds it
+    blocked.open();
+    REQUIRE(result.wait_for(patience) == std::future_status::ready);
+    CHECK(result.get() >= 100);
+    CHECK(seen_on.get_future().get() != std::this_thread::get_id());
+    REQUIRE(executor.drain(deadline()));
+    CHECK(gate_opened);
+    CHECK(ran == 1100);
+
+    // Called by one of its own tasks: at once (the tasks before it ran).
+    bool inner = false;
+    executor.post([&] { executor.when_drained([&] { inner = true; }); });
+    REQUIRE(executor.drain(deadline()));
+    CHECK(inner);
+  }
+}
+
+TEST_CASE("device_executor runs tasks too large to be held in place") {
+  device_executor executor{cpu_device(0), 0us};
+  std::array<std::int64_t, 32> big{}; // 256 bytes: held on the heap
+  for (std::size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<std::int64_t>(i);
+  auto counter = std::make_shared<int>(0);
+  std::int64_t sum = 0;
+  executor.post([&sum, big, counter] {
+    for (auto x : big)
+      sum += x;
+    ++*counter;
+  });
+  REQUIRE(executor.drain(deadline()));
+  CHECK(sum == 31 * 32 / 2);
+  CHECK(*counter == 1);
+  CHECK(counter.use_count() == 1); // the task and its captures are gone
+}
+
 // -- ordering -----------------------------------------------------------------
 
 TEST_CASE("variable_copy applies early writes only when the writes before them arrive") {

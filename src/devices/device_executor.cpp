@@ -50,7 +50,7 @@ void device_executor::post(task work) {
     queue_.push_back(std::move(work));
     ++posted_;
     queued_.store(posted_, std::memory_order_release);
-    wake = sleeping_;
+    wake = std::exchange(sleeping_, false); // one wake-up per sleep
   }
   if (wake)
     wake_.notify_one();
@@ -67,6 +67,17 @@ bool device_executor::drain(time_point deadline) {
   return done;
 }
 
+void device_executor::when_drained(task on_drained) {
+  if (!on_this_thread()) {
+    std::lock_guard<std::mutex> lock{mutex_};
+    if (done_ < posted_) {
+      on_drained_.emplace_back(posted_, std::move(on_drained));
+      return;
+    }
+  }
+  on_drained();
+}
+
 bool device_executor::poll_for_work() const {
   if (spin_.count() == 0)
     return false;
@@ -81,7 +92,8 @@ bool device_executor::poll_for_work() const {
 }
 
 void device_executor::loop() {
-  std::deque<task> batch;
+  std::vector<task> batch;
+  std::vector<task> drained;
   std::unique_lock<std::mutex> lock{mutex_};
   for (;;) {
     if (queue_.empty()) {
@@ -93,7 +105,7 @@ void device_executor::loop() {
       if (!arrived && queue_.empty() && !stopping_) {
         sleeping_ = true;
         wake_.wait(lock, [this] { return !queue_.empty() || stopping_; });
-        sleeping_ = false;
+        sleeping_ = false; // woken by stopping_, or by a spurious wake-up
       }
       continue;
     }
@@ -102,11 +114,25 @@ void device_executor::loop() {
     const auto count = batch.size();
     for (auto& work : batch)
       work();
-    batch.clear(); // destroys the tasks' captures before the next wait
+    batch.clear(); // destroys the tasks' captures before the next wait; keeps capacity
     lock.lock();
     done_ += count;
     if (draining_ > 0)
       progress_.notify_all();
+    if (!on_drained_.empty()) {
+      // Targets grow in registration order: the due ones come first.
+      auto due = on_drained_.begin();
+      while (due != on_drained_.end() && due->first <= done_)
+        drained.push_back(std::move((due++)->second));
+      on_drained_.erase(on_drained_.begin(), due);
+      if (!drained.empty()) {
+        lock.unlock();
+        for (auto& callback : drained)
+          callback();
+        drained.clear();
+        lock.lock();
+      }
+    }
   }
 }
 

@@ -17,13 +17,15 @@ public:
 
   /// One task finished, with `error` if it threw.
   void done(std::exception_ptr error) {
+    bool last;
     {
       std::lock_guard<std::mutex> lock{mutex_};
       if (error && !error_)
         error_ = std::move(error);
-      --left_;
+      last = --left_ == 0;
     }
-    finished_.notify_all();
+    if (last) // waiters wait for all: wake them once
+      finished_.notify_all();
   }
 
   /// Waits until every task finished; false if `deadline` passed first.

@@ -5,6 +5,8 @@
 #include "strategies/strategy_state.hpp"
 
 #include "devices/device_registry.hpp"
+#include "strategies/completion.hpp"
+
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
@@ -98,8 +100,16 @@ void strategy_state::drain_device_executors() {
       executors.push_back(e.get());
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // One sleep for all executors, ended by the last one to finish (as a
+  // thread pool's join would), instead of one sleep per executor and a
+  // wake-up per batch each of them runs meanwhile.
+  auto drained = std::make_shared<completion>(executors.size());
   for (auto* e : executors)
-    if (!e->drain(deadline))
+    e->when_drained([drained] { drained->done(nullptr); });
+  if (drained->wait(deadline))
+    return;
+  for (auto* e : executors)
+    if (!e->drain(std::chrono::steady_clock::now()))
       throw timeout_error(name() + ": the writes posted to " + e->device().to_string()
                           + " did not finish within " + std::to_string(timeout.count())
                           + " ms");

@@ -409,7 +409,12 @@ void variable_state::await_posted() {
 }
 
 void variable_state::check_failures() {
+  // Every write checks: a lock-free look at each copy's flag first, so the
+  // caller does not take the copies' locks (which their executors hold
+  // while applying writes) on every update.
   for (const auto& copy : copies) {
+    if (!copy->has_failure())
+      continue;
     auto failure = copy->failure();
     if (!failure)
       continue;
@@ -431,7 +436,8 @@ void variable_state::check_failures() {
                       + "), so its copies may differ; assign it in cross-replica "
                         "context or restore it from a checkpoint");
   }
-  failure_reported.store(false);
+  if (failure_reported.load(std::memory_order_relaxed))
+    failure_reported.store(false);
 }
 
 void variable_state::check_write(std::uint64_t seq) {

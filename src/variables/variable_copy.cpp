@@ -62,10 +62,13 @@ void variable_copy::apply_posted(lock_type& lock, const variable_write& write) {
   }
   lock.lock();
   ++applied_;
-  if (error && !failure_)
+  if (error && !failure_) {
     failure_ = write_failure{applied_, std::move(error)};
-  else if (!error && write.overwrites())
+    failed_.store(true, std::memory_order_release);
+  } else if (!error && write.overwrites() && failure_) {
     failure_.reset();
+    failed_.store(false, std::memory_order_release);
+  }
   writing_ = false;
   writer_ = {};
 }
@@ -159,6 +162,7 @@ std::optional<write_failure> variable_copy::failure() const {
 void variable_copy::clear_failure() {
   std::lock_guard<std::mutex> lock{mutex_};
   failure_.reset();
+  failed_.store(false, std::memory_order_release);
 }
 
 } // namespace lockstep::detail

@@ -34,6 +34,7 @@
 
 #include "lockstep/tensor.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -98,6 +99,10 @@ public:
 
   /// The first write that threw since the last overwrite, if any.
   std::optional<write_failure> failure() const;
+  /// Whether failure() is set, without taking the copy's lock (the check
+  /// every write makes). A failure recorded before a wait on this copy
+  /// returned (wait_applied, read) is seen.
+  bool has_failure() const noexcept { return failed_.load(std::memory_order_acquire); }
   void clear_failure();
 
   std::size_t copy() const noexcept { return copy_; }
@@ -131,6 +136,7 @@ private:
   std::thread::id writer_;
   std::map<std::uint64_t, std::shared_ptr<const variable_write>> parked_;
   std::optional<write_failure> failure_;
+  std::atomic<bool> failed_{false}; // failure_.has_value(), set under mutex_
 };
 
 } // namespace lockstep::detail
