@@ -206,6 +206,8 @@ constexpr bool is_valid(lockstep::dtype type) noexcept {
     case lockstep::dtype::f64:
     case lockstep::dtype::i32:
     case lockstep::dtype::i64:
+    case lockstep::dtype::f16:
+    case lockstep::dtype::bf16:
       return true;
   }
   return false;

@@ -50,7 +50,8 @@ constexpr auto u64_max = std::numeric_limits<std::uint64_t>::max();
 constexpr auto i64_min = std::numeric_limits<std::int64_t>::min();
 constexpr auto i64_max = std::numeric_limits<std::int64_t>::max();
 
-const std::vector<dtype> all_dtypes{dtype::f32, dtype::f64, dtype::i32, dtype::i64};
+const std::vector<dtype> all_dtypes{dtype::f32, dtype::f64, dtype::i32, dtype::i64, dtype::f16,
+                                     dtype::bf16};
 const std::vector<variable_synchronization> all_synchronizations{
   variable_synchronization::automatic, variable_synchronization::on_write,
   variable_synchronization::on_read, variable_synchronization::none};
@@ -410,7 +411,7 @@ TEST_CASE("an enum value that names no enumerator fails to deserialise") {
     a.dtype = dtype::f32;
     b.dtype = dtype::i64;
     const auto at = differing_byte(a, b);
-    check_rejected_byte(a, at, 4);
+    check_rejected_byte(a, at, 6); // one past bf16, the last dtype
     check_rejected_byte(a, at, 255);
     auto c = to_collective_control(sample_fingerprint(dtype::f32), 0, 0);
     auto d = c;
