@@ -239,9 +239,12 @@ bool coordinator::receive_one(call& c, time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now());
   if (left.count() <= 0)
     return false;
+  // Each replica awaited sends one message: sleep until all are in (the
+  // mailbox bounds the wait, see prompt_blocking_actor.hpp).
+  static_cast<prompt_blocking_actor*>(self_)->gather(taken_ + awaited(c));
   bool timed_out = false;
-  self_->receive([&](replica_result& msg) { handle(c, msg); },
-                 [&](merge_request& msg) { handle(c, msg); },
+  self_->receive([&](replica_result& msg) { ++taken_, handle(c, msg); },
+                 [&](merge_request& msg) { ++taken_, handle(c, msg); },
                  caf::after(left) >> [&] { timed_out = true; });
   return !timed_out;
 }
@@ -403,8 +406,8 @@ void coordinator::drain_late_messages() {
     return;
   bool empty = false;
   while (!empty)
-    self_->receive([&](replica_result& msg) { on_late(msg); },
-                   [&](merge_request& msg) { on_late(msg); },
+    self_->receive([&](replica_result& msg) { ++taken_, on_late(msg); },
+                   [&](merge_request& msg) { ++taken_, on_late(msg); },
                    caf::after(std::chrono::seconds{0}) >> [&] { empty = true; });
 }
 

@@ -98,6 +98,8 @@ private:
   /// timed out (0: idle). Busy replicas make later calls fail fast.
   std::vector<std::uint64_t> busy_;
   std::uint64_t next_seq_ = 0;
+  /// Replica messages taken from the mailbox so far (for its gather()).
+  std::uint64_t taken_ = 0;
   /// The calls in progress, outermost first (nested runs inside merge
   /// functions add to it), and messages for the outer ones that arrived
   /// while an inner one was gathering.

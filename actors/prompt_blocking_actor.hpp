@@ -10,11 +10,20 @@
 // when it has a hardware thread to itself: a sleeping vCPU takes tens of
 // microseconds to wake. The replica actors and the coordinator's mailbox use
 // it: their messages are the dispatch path.
+//
+// A reader that gathers one reply from each of N senders can ask to sleep
+// once rather than N times (gather()): its next wait then returns when the
+// messages it expects have all arrived, or at the latest after
+// `gather_window`, whichever is first, so a reply that needs attention at
+// once (a failure) waits at most that long. With 8 replicas on 2 CPUs this
+// saves the coordinator up to 7 wake-ups per phase of a call.
 
 #include <caf/blocking_actor.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 namespace lockstep::actors {
@@ -31,11 +40,30 @@ public:
   void await_data() override;
   bool await_data(timeout_type timeout) override;
 
+  /// How long a gathering wait holds back the messages that did arrive.
+  static constexpr std::chrono::milliseconds gather_window{1};
+
+  /// Messages enqueued so far, ever.
+  std::uint64_t pushed() const noexcept { return pushed_.load(); }
+
+  /// The next wait for data returns once pushed() reaches `total` (or
+  /// after gather_window, or at its own deadline), instead of at the first
+  /// message. A `total` the reader overestimates costs it at most the
+  /// window; one it underestimates only wakes it early.
+  void gather(std::uint64_t total) noexcept { gather_until_ = total; }
+
 private:
   /// Polls until a message is there (true) or `until` passes (false).
   bool poll_until(timeout_type until);
+  /// The gathering wait; true when a message is there.
+  bool await_gathered(timeout_type until);
 
   const std::chrono::microseconds spin_;
+  std::atomic<std::uint64_t> pushed_{0};
+  /// The reader's gather() target (its own thread only); 0: none.
+  std::uint64_t gather_until_ = 0;
+  /// The target while the reader sleeps in a gathering wait; 0: not.
+  std::atomic<std::uint64_t> gathering_{0};
   std::mutex wake_mutex_;
   std::condition_variable wake_;
 };
