@@ -185,10 +185,14 @@ private:
     : state_(&state), replica_id_(replica_id), channel_(&channel) {}
 
   /// all_reduce on the replica threads (slice_all_reduce strategies): the
-  /// replicas meet at the collective without the coordinator.
+  /// replicas meet at the collective without the coordinator. `owned`:
+  /// `values` itself, which the caller gave up (an rvalue): a tensor no one
+  /// else holds takes its own result, and when all do, the vector is
+  /// reduced in place and returned.
   std::vector<tensor> all_reduce_on_replicas(reduce_op op, const std::vector<tensor>& values,
                                              const communication_options& options,
-                                             const std::string& structure, bool in_place);
+                                             const std::string& structure,
+                                             std::vector<tensor>* owned = nullptr);
 
   template <class... Args, std::size_t... Is>
   static std::tuple<per_replica<Args>...>

@@ -67,23 +67,28 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
                                                             const std::vector<tensor>& values,
                                                             const communication_options& options,
                                                             const std::string& structure,
-                                                            bool in_place) {
+                                                            std::vector<tensor>* owned) {
   detail::require_replica_context(*this);
   const auto& device = state_->devices[replica_id_];
-  std::vector<tensor> results;
-  results.reserve(values.size());
+  bool all_in_place = owned != nullptr;
   for (const auto& v : values) {
     if (v.device() != device)
       throw value_error("all_reduce: " + detail::describe_replica(*state_, replica_id_)
                         + " passed a tensor on " + v.device().to_string()
                         + "; a replica reduces tensors on its own device");
-    // Every element is written by the collective, so a fresh result needs
-    // no zeros, and a buffer nobody else sees can take its own result.
-    if (in_place && v.buffer_use_count() == 1)
-      results.push_back(v);
-    else
-      results.push_back(tensor::uninitialized(v.dtype(), v.shape(), device));
+    all_in_place = all_in_place && v.buffer_use_count() == 1;
   }
+  // Every element is written by the collective, so a fresh result needs
+  // no zeros, and a buffer nobody else sees can take its own result.
+  std::vector<tensor> results;
+  if (!all_in_place) {
+    results.reserve(values.size());
+    for (const auto& v : values)
+      results.push_back(owned != nullptr && v.buffer_use_count() == 1
+                            ? v
+                            : tensor::uninitialized(v.dtype(), v.shape(), device));
+  }
+  auto& outputs = all_in_place ? *owned : results;
   const auto& collectives = state_->collectives;
   auto collective = collectives.defaults;
   if (options.bytes_per_pack)
@@ -97,14 +102,14 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
   collective.tag = structure.empty() ? options.tag : options.tag + " " + structure;
   collective.epoch = collective_epoch_;
   collectives.communicator->all_reduce(state_->topology.global_replica_id(replica_id_), op,
-                                       values, results, collective, collective_floor_);
-  return results;
+                                       values, outputs, collective, collective_floor_);
+  return std::move(outputs);
 }
 
 std::vector<tensor> replica_context::all_reduce(reduce_op op, const std::vector<tensor>& values,
                                                 const communication_options& options) {
   if (on_replica_threads(*this))
-    return all_reduce_on_replicas(op, values, options, {}, false);
+    return all_reduce_on_replicas(op, values, options, {});
   return merge_call(
     [op](lockstep::strategy& s, const per_replica<std::vector<tensor>>& parts) {
       return reduce_columns(s, op, regroup(parts));
@@ -120,7 +125,7 @@ tensor replica_context::all_reduce(reduce_op op, const tensor& value,
 std::vector<tensor> replica_context::all_reduce(reduce_op op, std::vector<tensor>&& values,
                                                 const communication_options& options) {
   if (on_replica_threads(*this))
-    return all_reduce_on_replicas(op, values, options, {}, true);
+    return all_reduce_on_replicas(op, values, options, {}, &values);
   return all_reduce(op, std::as_const(values), options);
 }
 
@@ -139,7 +144,7 @@ nest<tensor> replica_context::all_reduce(reduce_op op, const nest<tensor>& value
                                          const communication_options& options) {
   if (on_replica_threads(*this))
     return value.pack(all_reduce_on_replicas(op, value.flatten(), options,
-                                             "structure " + value.structure_string(), false));
+                                             "structure " + value.structure_string()));
   return merge_call(
     [op](lockstep::strategy& s, const per_replica<nest<tensor>>& parts) {
       auto grouped = regroup(parts); // value_error if structures differ
