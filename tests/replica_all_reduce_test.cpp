@@ -406,6 +406,14 @@ TEST_CASE("communication_options: bytes_per_pack keeps the results, the tag name
     for (auto& [which, s] : replica_paths(n)) {
       CAPTURE(n);
       CAPTURE(name_of(which));
+      if (which == path::merge) { // it refuses what it cannot honour (test below)
+        CHECK_THROWS_AS(s.run([](replica_context& ctx) {
+                          (void) ctx.all_reduce(reduce_op::sum, {tensor::from<float>({1})},
+                                                {.bytes_per_pack = 64, .tag = "grads"});
+                        }),
+                        value_error);
+        continue;
+      }
       struct seen {
         std::vector<tensor> packed, one_by_one;
       };
@@ -428,10 +436,6 @@ TEST_CASE("communication_options: bytes_per_pack keeps the results, the tag name
         for (std::size_t k = 0; k < 50; ++k)
           different += same_bytes(out[r].packed[k], out[r].one_by_one[k]) ? 0 : 1;
       CHECK(different == 0);
-      if (which != path::fast) {
-        CHECK(s.extended().collective_flight_record().empty()); // options are ignored there
-        continue;
-      }
       CHECK(contains(s.extended().collective_flight_record(), " tag 'grads': completed"));
 
       if (n == 1)
@@ -488,6 +492,32 @@ TEST_CASE("communication_options: bytes_per_pack keeps the results, the tag name
 }
 
 // -- errors -------------------------------------------------------------------------
+
+TEST_CASE("communication_options that the merge_call path cannot honour are refused") {
+  auto s = merge_strategy(2);
+  for (const auto& options : {communication_options{.bytes_per_pack = 64},
+                              communication_options{.timeout = 1s},
+                              communication_options{.tag = "grads"}}) {
+    CHECK_THROWS_WITH_AS(
+      s.run([&](replica_context& ctx) {
+        (void) ctx.all_reduce(reduce_op::sum, tensor::from<float>({1}), options);
+      }),
+      doctest::Contains("all_reduce: communication_options (bytes_per_pack, timeout, tag) apply "
+                        "where the replicas reduce among themselves (slice_all_reduce); "
+                        "mirrored_strategy("),
+      value_error);
+    CHECK_THROWS_AS(s.run([&](replica_context& ctx) {
+                      (void) ctx.all_reduce(reduce_op::sum, nest<tensor>{tensor::from<float>({1})},
+                                            options);
+                    }),
+                    value_error);
+  }
+  // Without options the merge_call path reduces as before.
+  auto results = s.run([](replica_context& ctx) {
+    return ctx.all_reduce(reduce_op::sum, tensor::from<float>({2}));
+  });
+  CHECK(results.values()[1] == tensor::from<float>({4}));
+}
 
 TEST_CASE("replicas that pass different shapes, dtypes or numbers of tensors: the same error "
           "type on both paths, then the strategy still reduces") {

@@ -62,6 +62,9 @@ decltype(auto) invoke_merge_fn(F& fn, strategy& s, Args&&... args) {
 
 /// TF's tf.distribute.experimental.CommunicationOptions for one
 /// `replica_context::all_reduce`. Unset fields take the strategy's settings.
+/// They apply where the replicas reduce among themselves (slice_all_reduce);
+/// an all_reduce that goes through merge_call throws value_error when any
+/// is set, rather than ignore it.
 struct communication_options {
   /// Packs of at least this many bytes (TF's bytes_per_pack); unset: the
   /// strategy's slice_all_reduce_options::packing.

@@ -31,6 +31,19 @@ bool on_replica_threads(replica_context& ctx) {
   return ctx.state().collectives.communicator && mode != nullptr && mode->replica == &ctx;
 }
 
+/// On the merge_call path the strategy's cross_device_ops reduce with their
+/// own settings, so options that only the replicas' own collectives honour
+/// are refused, not ignored.
+void refuse_merge_path_options(const replica_context& ctx, const communication_options& options) {
+  if (!options.bytes_per_pack && !options.timeout && options.tag.empty())
+    return;
+  auto& state = ctx.state();
+  throw value_error("all_reduce: communication_options (bytes_per_pack, timeout, tag) apply "
+                    "where the replicas reduce among themselves (slice_all_reduce); "
+                    + state.name() + " reduces with " + state.ops->name()
+                    + " through merge_call, which cannot honour them");
+}
+
 } // namespace
 
 namespace detail {
@@ -110,6 +123,7 @@ std::vector<tensor> replica_context::all_reduce(reduce_op op, const std::vector<
                                                 const communication_options& options) {
   if (on_replica_threads(*this))
     return all_reduce_on_replicas(op, values, options, {});
+  refuse_merge_path_options(*this, options);
   return merge_call(
     [op](lockstep::strategy& s, const per_replica<std::vector<tensor>>& parts) {
       return reduce_columns(s, op, regroup(parts));
@@ -145,6 +159,7 @@ nest<tensor> replica_context::all_reduce(reduce_op op, const nest<tensor>& value
   if (on_replica_threads(*this))
     return value.pack(all_reduce_on_replicas(op, value.flatten(), options,
                                              "structure " + value.structure_string()));
+  refuse_merge_path_options(*this, options);
   return merge_call(
     [op](lockstep::strategy& s, const per_replica<nest<tensor>>& parts) {
       auto grouped = regroup(parts); // value_error if structures differ
