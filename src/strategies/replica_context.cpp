@@ -103,17 +103,19 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
   }
   auto& outputs = all_in_place ? *owned : results;
   const auto& collectives = state_->collectives;
-  auto collective = collectives.defaults;
-  if (options.bytes_per_pack)
-    collective.packing = {.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0};
-  collective.timeout = options.timeout
-                           ? detail::checked_timeout(*options.timeout, "communication_options")
-                           : collective_timeout_;
   // The structure of a nest goes into the tag, so replicas that pass
   // different structures get a value_error, as regroup raises on the
   // merge_call path.
-  collective.tag = structure.empty() ? options.tag : options.tag + " " + structure;
-  collective.epoch = collective_epoch_;
+  const detail::collective_options collective{
+    .timeout = options.timeout
+                 ? detail::checked_timeout(*options.timeout, "communication_options")
+                 : collective_timeout_,
+    .tag = structure.empty() ? options.tag : options.tag + " " + structure,
+    .chunk_bytes = collectives.defaults.chunk_bytes,
+    .epoch = collective_epoch_,
+    .packing = options.bytes_per_pack
+                 ? pack_options{.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0}
+                 : collectives.defaults.packing};
   collectives.communicator->all_reduce(state_->topology.global_replica_id(replica_id_), op,
                                        values, outputs, collective, collective_floor_);
   return std::move(outputs);
