@@ -69,12 +69,8 @@ void reduce_segment(const collective_group& group, std::size_t index, std::size_
     for (std::size_t done = 0; done < count; done += chunk) {
       const auto length = std::min(chunk, count - done);
       const auto size = static_cast<std::int64_t>(length);
-      widen(input(0) + done, wide, size);
-      for (std::size_t r = 1; r < n; ++r)
-        combine_widened<Op>(wide, input(r) + done, size);
-      if constexpr (Op == reduce_op::mean)
-        divide_loop(wide, static_cast<std::int64_t>(n), size);
-      narrow(wide, rounded, size);
+      reduce_in_float<Op>(n, [&](std::size_t r) { return input(r) + done; }, size, wide,
+                          rounded);
       for (std::size_t r = 0; r < n; ++r)
         std::memcpy(output(r) + done, rounded, length * sizeof(T));
     }
@@ -138,13 +134,9 @@ void reduce_inline(const collective_group& group, std::uint64_t seq, std::size_t
                    T* accumulator) {
   if constexpr (is_half_v<T>) { // in float, rounded once, as reduce_segment
     alignas(64) float wide[collective_group::inline_capacity / sizeof(T)];
-    const auto size = static_cast<std::int64_t>(count);
-    widen(static_cast<const T*>(group.inline_data(0, seq)), wide, size);
-    for (std::size_t r = 1; r < group.size(); ++r)
-      combine_widened<Op>(wide, static_cast<const T*>(group.inline_data(r, seq)), size);
-    if constexpr (Op == reduce_op::mean)
-      divide_loop(wide, static_cast<std::int64_t>(group.size()), size);
-    narrow(wide, accumulator, size);
+    reduce_in_float<Op>(
+      group.size(), [&](std::size_t r) { return static_cast<const T*>(group.inline_data(r, seq)); },
+      static_cast<std::int64_t>(count), wide, accumulator);
     return;
   }
   std::memcpy(accumulator, group.inline_data(0, seq), count * sizeof(T));

@@ -92,12 +92,8 @@ void reduce_scatter_blocks(collective_group& group, std::size_t rank, reduce_op 
           // In float, rounded once, as allreduce_slices does.
           in_blocks(static_cast<std::int64_t>(count), [&](std::int64_t at, std::int64_t size) {
             alignas(64) float wide[lockstep::detail::block];
-            widen(block(0) + at, wide, size);
-            for (std::size_t r = 1; r < n; ++r)
-              combine_widened<reduce>(wide, block(r) + at, size);
-            if constexpr (reduce == reduce_op::mean)
-              divide_loop(wide, static_cast<std::int64_t>(n), size);
-            narrow(wide, out + at, size);
+            reduce_in_float<reduce>(n, [&](std::size_t r) { return block(r) + at; }, size, wide,
+                                    out + at);
           });
           return;
         }

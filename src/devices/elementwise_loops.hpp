@@ -11,6 +11,7 @@
 // back once (to nearest, ties to even). So a kernel on half buffers rounds
 // once per element and operation, as TF's CPU kernels do.
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -122,6 +123,21 @@ void divide_loop(T* __restrict x, std::int64_t divisor, std::int64_t count) {
     for (std::int64_t i = 0; i < count; ++i)
       x[i] = static_cast<T>(x[i] / divisor);
   }
+}
+
+/// The reduction of `n` half-type operands (`operand(r)` points at rank r's
+/// `count` elements) combined in rank order in float through `wide` (room
+/// for `count` floats), MEAN's division included, rounded once into `out`:
+/// what every collective does for float16 and bfloat16.
+template <reduce_op Op, class T, class Operand>
+  requires is_half_v<T>
+void reduce_in_float(std::size_t n, Operand operand, std::int64_t count, float* wide, T* out) {
+  widen(operand(0), wide, count);
+  for (std::size_t r = 1; r < n; ++r)
+    combine_widened<Op>(wide, operand(r), count);
+  if constexpr (Op == reduce_op::mean)
+    divide_loop(wide, static_cast<std::int64_t>(n), count);
+  narrow(wide, out, count);
 }
 
 /// Calls `work(std::integral_constant<reduce_op, op>{})`, so a loop is
