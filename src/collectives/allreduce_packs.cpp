@@ -87,7 +87,7 @@ void allreduce_packs(collective_group& group, std::size_t rank, reduce_op op,
   for (const auto& p : plan_packs(inputs, packing)) {
     const allreduce_buffers buffers{inputs.subspan(p.first, p.last - p.first),
                                     outputs.subspan(p.first, p.last - p.first), p.begin, p.end,
-                                    &batch};
+                                    &batch, p.first};
     allreduce_slices(group, rank, op, buffers, options, seq);
     seq = group.next_seq(rank);
   }

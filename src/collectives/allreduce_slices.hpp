@@ -93,6 +93,8 @@ struct allreduce_buffers {
   std::size_t end = whole;
   /// The batch these tensors are a pack of; null: they are the batch.
   const batch_signature* batch = nullptr;
+  /// With `batch`: the index of the pack's first tensor in the batch.
+  std::size_t first_in_batch = 0;
 };
 
 

@@ -80,6 +80,23 @@ void combine_loop(T* __restrict accumulator, const T* __restrict x, std::int64_t
   }
 }
 
+/// `out[i] = a[i] op b[i]` for i < count: combine_loop with `a` as the
+/// accumulator, written to `out` (one pass instead of a copy and a combine).
+template <reduce_op Op, class T>
+void combine_into(T* __restrict out, const T* __restrict a, const T* __restrict b,
+                  std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    if constexpr (Op == reduce_op::sum || Op == reduce_op::mean)
+      out[i] = a[i] + b[i];
+    else if constexpr (Op == reduce_op::min)
+      out[i] = b[i] < a[i] ? b[i] : a[i];
+    else if constexpr (Op == reduce_op::max)
+      out[i] = a[i] < b[i] ? b[i] : a[i];
+    else
+      out[i] = a[i] * b[i];
+  }
+}
+
 /// combine_loop of half types: computed in float, rounded once per element.
 template <reduce_op Op, class T>
   requires is_half_v<T>
