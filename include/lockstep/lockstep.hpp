@@ -3,6 +3,7 @@
 /// Everything an application needs: `#include "lockstep/lockstep.hpp"`.
 
 #include "lockstep/checkpoint.hpp"
+#include "lockstep/cluster_resolver.hpp"
 #include "lockstep/config.hpp"
 #include "lockstep/context.hpp"
 #include "lockstep/cross_device_ops.hpp"

@@ -1,0 +1,80 @@
+// The launchers that describe a cluster in a few plain variables: torchrun
+// and Kubeflow's PyTorchJob, Open MPI's mpirun, and lockstep's own
+// LOCKSTEP_* variables (which override the others field by field).
+
+#include "cluster/cluster_sources.hpp"
+
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+
+std::optional<cluster_fields> from_torchrun(const environment& env) {
+  const auto rank = count_variable(env, "RANK");
+  const auto world = count_variable(env, "WORLD_SIZE");
+  const auto master = variable(env, "MASTER_ADDR");
+  if (!rank || !world || !master)
+    return std::nullopt;
+  const auto port = variable(env, "MASTER_PORT");
+  if (!port)
+    throw value_error("torchrun: RANK, WORLD_SIZE and MASTER_ADDR are set but MASTER_PORT is not "
+                      "(torchrun and PyTorchJob set it with MASTER_ADDR)");
+  cluster_fields fields;
+  fields.source = "torchrun";
+  fields.rank.set(*rank, "RANK");
+  fields.world_size.set(*world, "WORLD_SIZE");
+  if (const auto local = count_variable(env, "LOCAL_RANK"))
+    fields.local_rank.set(*local, "LOCAL_RANK");
+  if (const auto local_world = count_variable(env, "LOCAL_WORLD_SIZE"))
+    fields.local_world_size.set(*local_world, "LOCAL_WORLD_SIZE");
+  const auto coordinator = std::string(*master) + ":" + std::string(*port);
+  fields.coordinator.set(network_address::parse(coordinator, "MASTER_ADDR:MASTER_PORT"),
+                         "MASTER_ADDR");
+  if (const auto run = variable(env, "TORCHELASTIC_RUN_ID"))
+    fields.job_id.set("torch-" + std::string(*run), "TORCHELASTIC_RUN_ID");
+  else
+    fields.job_id.set(derived_job_id("torch", coordinator), "MASTER_ADDR");
+  return fields;
+}
+
+std::optional<cluster_fields> from_open_mpi(const environment& env) {
+  const auto rank = count_variable(env, "OMPI_COMM_WORLD_RANK");
+  const auto world = count_variable(env, "OMPI_COMM_WORLD_SIZE");
+  if (!rank || !world)
+    return std::nullopt;
+  cluster_fields fields;
+  fields.source = "Open MPI";
+  fields.rank.set(*rank, "OMPI_COMM_WORLD_RANK");
+  fields.world_size.set(*world, "OMPI_COMM_WORLD_SIZE");
+  if (const auto local = count_variable(env, "OMPI_COMM_WORLD_LOCAL_RANK"))
+    fields.local_rank.set(*local, "OMPI_COMM_WORLD_LOCAL_RANK");
+  if (const auto local_world = count_variable(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
+    fields.local_world_size.set(*local_world, "OMPI_COMM_WORLD_LOCAL_SIZE");
+  // mpirun names the job in PMIx's namespace; no coordinator, so the job id
+  // may also come from the coordinator an override gives (cluster_resolver).
+  if (const auto space = variable(env, "PMIX_NAMESPACE"))
+    fields.job_id.set("mpi-" + std::string(*space), "PMIX_NAMESPACE");
+  return fields;
+}
+
+cluster_fields from_lockstep_variables(const environment& env) {
+  cluster_fields fields;
+  fields.source = "LOCKSTEP_*";
+  const auto count = [&](sourced<std::size_t>& field, std::string_view name) {
+    if (const auto value = count_variable(env, name))
+      field.set(*value, std::string(name));
+  };
+  count(fields.world_size, "LOCKSTEP_WORLD_SIZE");
+  count(fields.rank, "LOCKSTEP_RANK");
+  count(fields.local_rank, "LOCKSTEP_LOCAL_RANK");
+  count(fields.local_world_size, "LOCKSTEP_LOCAL_WORLD_SIZE");
+  if (const auto text = variable(env, "LOCKSTEP_COORDINATOR"))
+    fields.coordinator.set(network_address::parse(*text, "LOCKSTEP_COORDINATOR"),
+                           "LOCKSTEP_COORDINATOR");
+  if (const auto text = variable(env, "LOCKSTEP_LISTEN"))
+    fields.listen.set(network_address::parse(*text, "LOCKSTEP_LISTEN"), "LOCKSTEP_LISTEN");
+  if (const auto text = variable(env, "LOCKSTEP_JOB_ID"))
+    fields.job_id.set(std::string(*text), "LOCKSTEP_JOB_ID");
+  return fields;
+}
+
+} // namespace lockstep::detail
