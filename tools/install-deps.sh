@@ -15,6 +15,7 @@ packages=(
   libspdlog-dev         # logging (brings libfmt-dev)
   libeigen3-dev
   zlib1g-dev            # gzip: checkpoints, IDX datasets
+  libssl-dev            # OpenSSL libcrypto: the cluster handshake's HMAC-SHA256
   dataset-fashion-mnist # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist): examples, tests/idx_test
   gnuplot-nox           # plots of benchmark tables
 )

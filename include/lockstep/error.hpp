@@ -84,4 +84,20 @@ public:
   using error::error;
 };
 
+/// A connection between workers did not pass the cluster's authentication:
+/// the peer's proof of the shared token was wrong, or the peer refused
+/// ours. The message names the peer's address and nothing more.
+class authentication_error : public error {
+public:
+  using error::error;
+};
+
+/// A worker of the cluster was lost: its connection closed, or it was
+/// silent past the peer timeout. The message names the lost rank(s); the
+/// survivors' pending and next collectives raise it.
+class peer_lost_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace lockstep

@@ -61,6 +61,12 @@ std::string_view to_string(error_kind kind) noexcept {
       return "data_loss_error";
     case error_kind::resource_error:
       return "resource_error";
+    case error_kind::device_error:
+      return "device_error";
+    case error_kind::authentication_error:
+      return "authentication_error";
+    case error_kind::peer_lost_error:
+      return "peer_lost_error";
     case error_kind::unknown:
       return "unknown";
   }
@@ -80,6 +86,9 @@ bool is_valid(error_kind kind) noexcept {
     case error_kind::data_loss_error:
     case error_kind::resource_error:
     case error_kind::unknown:
+    case error_kind::device_error:
+    case error_kind::authentication_error:
+    case error_kind::peer_lost_error:
       return true;
   }
   return false;
@@ -110,6 +119,12 @@ error_value to_error_value(const std::exception_ptr& error) {
     return caught(error_kind::data_loss_error, e);
   } catch (const resource_error& e) {
     return caught(error_kind::resource_error, e);
+  } catch (const device_error& e) {
+    return caught(error_kind::device_error, e);
+  } catch (const authentication_error& e) {
+    return caught(error_kind::authentication_error, e);
+  } catch (const peer_lost_error& e) {
+    return caught(error_kind::peer_lost_error, e);
   } catch (const lockstep::error& e) {
     return caught(error_kind::error, e);
   } catch (const std::exception& e) {
@@ -146,6 +161,12 @@ void rethrow(const error_value& error) {
       throw data_loss_error(what);
     case error_kind::resource_error:
       throw resource_error(what);
+    case error_kind::device_error:
+      throw device_error(what);
+    case error_kind::authentication_error:
+      throw authentication_error(what);
+    case error_kind::peer_lost_error:
+      throw peer_lost_error(what);
     case error_kind::unknown:
       break;
   }

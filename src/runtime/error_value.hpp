@@ -37,6 +37,9 @@ enum class error_kind : std::uint8_t {
   /// A std::exception that is no lockstep::error, or not a std::exception
   /// at all: rethrown as std::runtime_error.
   unknown = 10,
+  device_error = 11,
+  authentication_error = 12,
+  peer_lost_error = 13,
 };
 
 /// True for a value of `kind` that names one of the kinds above (a value

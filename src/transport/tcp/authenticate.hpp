@@ -1,0 +1,35 @@
+#pragma once
+
+// The handshake of handshake.hpp, run over a connected TCP socket with a
+// deadline (network.md §4: 5 s). Every connection between workers, control
+// or data, passes it before any of its bytes reach anything else.
+
+#include <span>
+#include <string>
+
+#include "transport/tcp/handshake.hpp"
+#include "transport/tcp/socket_io.hpp"
+
+namespace lockstep::detail {
+
+/// How long a handshake may take, by default.
+inline constexpr std::chrono::seconds handshake_timeout{5};
+
+/// Proves the token to the server at `server_address` (for messages) and
+/// checks its proof. Throws lockstep::authentication_error naming the
+/// address when the server's proof is wrong ("failed") or it closes the
+/// connection ("refused"), and lockstep::timeout_error at the deadline.
+authenticated_peer authenticate_client(tcp_socket& socket, std::span<const std::uint8_t> token,
+                                       const handshake_identity& self,
+                                       const std::string& server_address,
+                                       io_clock::time_point deadline);
+
+/// Checks a client's proof and proves the token to it. Throws
+/// handshake_refused (the reason, for the log), connection_closed or
+/// lockstep::timeout_error; the caller then closes the socket, which is
+/// all the client learns.
+authenticated_peer authenticate_server(tcp_socket& socket, std::span<const std::uint8_t> token,
+                                       const handshake_identity& self,
+                                       io_clock::time_point deadline);
+
+} // namespace lockstep::detail

@@ -1,0 +1,91 @@
+#include "transport/tcp/socket_io.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace lockstep::detail {
+
+namespace {
+
+/// Waits until the socket is readable (or writable); false at the deadline.
+bool wait_ready(tcp_socket& socket, short events, io_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd entry{socket.native_handle(), events, 0};
+    const auto ready = ::poll(&entry, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)));
+    if (ready > 0)
+      return true; // readable, writable, or an error the next call reports
+    if (ready < 0 && errno != EINTR)
+      throw connection_closed(std::string("poll failed: ") + std::strerror(errno));
+  }
+}
+
+[[noreturn]] void closed(const boost::system::error_code& error) {
+  if (error == boost::asio::error::eof)
+    throw connection_closed("the peer closed the connection");
+  throw connection_closed("the connection failed: " + error.message());
+}
+
+[[noreturn]] void late(const char* what) {
+  throw timeout_error(std::string("the peer did not ") + what + " before the deadline");
+}
+
+} // namespace
+
+void read_exact(tcp_socket& socket, std::span<std::uint8_t> buffer, io_clock::time_point deadline) {
+  socket.non_blocking(true);
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    boost::system::error_code error;
+    done += socket.read_some(boost::asio::buffer(buffer.data() + done, buffer.size() - done),
+                             error);
+    if (error == boost::asio::error::would_block) {
+      if (!wait_ready(socket, POLLIN, deadline))
+        late("send");
+    } else if (error) {
+      closed(error);
+    }
+  }
+}
+
+void write_all(tcp_socket& socket, std::initializer_list<std::span<const std::uint8_t>> parts,
+               io_clock::time_point deadline) {
+  socket.non_blocking(true);
+  std::vector<boost::asio::const_buffer> pending;
+  for (const auto part : parts)
+    if (!part.empty())
+      pending.emplace_back(part.data(), part.size());
+  auto first = pending.begin();
+  while (first != pending.end()) {
+    boost::system::error_code error;
+    auto written = socket.write_some(std::span(first, pending.end()), error);
+    if (error == boost::asio::error::would_block) {
+      if (!wait_ready(socket, POLLOUT, deadline))
+        late("read what was sent");
+      continue;
+    }
+    if (error)
+      closed(error);
+    // Drop what went out: whole buffers, then the front of the next.
+    while (first != pending.end() && written >= first->size()) {
+      written -= first->size();
+      ++first;
+    }
+    if (first != pending.end())
+      *first += written;
+  }
+}
+
+} // namespace lockstep::detail
