@@ -1,5 +1,7 @@
 #include "collectives/collective_fingerprint.hpp"
 
+#include "lockstep/error.hpp"
+
 namespace lockstep::detail {
 
 std::size_t collective_fingerprint::bytes() const {
@@ -26,6 +28,66 @@ std::string collective_fingerprint::details(bool with_bytes) const {
   if (!tag.empty())
     text += " tag '" + tag + "'";
   return text;
+}
+
+std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const> by_rank,
+                                  std::string_view rank_noun,
+                                  const std::function<std::string(std::size_t)>& rank_name,
+                                  std::string_view group) {
+  const auto& first = *by_rank[0];
+  std::size_t other = 1;
+  const auto differs = [&](auto field) {
+    for (other = 1; other < by_rank.size(); ++other)
+      if (field(*by_rank[other]) != field(first))
+        return true;
+    return false;
+  };
+  const auto plural = std::string(rank_noun) + "s";
+  const auto versus = [&](const std::string& what, const std::string& a, const std::string& b) {
+    return "cannot reduce across " + plural + ": " + rank_name(0) + " has " + what + " " + a
+           + " but " + rank_name(other) + " has " + what + " " + b;
+  };
+  const auto odd = [&]() -> const collective_fingerprint& { return *by_rank[other]; };
+  std::string lead;
+  enum { value, dtype, shape } kind = value;
+  if (differs([](const auto& f) { return f.op + "/" + f.reduction + "/" + f.tag; })) {
+    lead = plural + " issued different collectives";
+  } else if (differs([](const auto& f) { return f.batch_tensors; })) {
+    lead = "cannot reduce across " + plural + ": " + rank_name(0) + " passed "
+           + std::to_string(first.batch_tensors) + " tensors but " + rank_name(other)
+           + " passed " + std::to_string(odd().batch_tensors);
+  } else if (differs([](const auto& f) { return f.batch_dtypes; })) {
+    lead = first.dtype != odd().dtype
+               ? versus("dtype", std::string(lockstep::to_string(first.dtype)),
+                        std::string(lockstep::to_string(odd().dtype)))
+               : "cannot reduce across " + plural + ": the dtypes of " + rank_name(0)
+                     + "'s tensors differ from " + rank_name(other) + "'s";
+    kind = dtype;
+  } else if (differs([](const auto& f) { return f.batch_shapes; })
+             || differs([](const auto& f) { return f.shape; })
+             || differs([](const auto& f) { return f.layout; })
+             || differs([](const auto& f) { return f.dtype; })) {
+    lead = first.shape != odd().shape
+               ? versus("shape", shape_to_string(first.shape), shape_to_string(odd().shape))
+               : "cannot reduce across " + plural + ": the shapes of " + rank_name(0)
+                     + "'s tensors differ from " + rank_name(other) + "'s";
+    kind = shape;
+  } else if (differs([](const auto& f) { return f.inline_data; })
+             || differs([](const auto& f) { return f.slice; })) {
+    lead = plural + " issued the same collective with different chunk sizes, so some "
+                    "published their data inline and some did not";
+  } else {
+    lead = plural + " issued collectives out of order";
+  }
+  auto message = lead + " (collective mismatch in group '" + std::string(group) + "': ";
+  for (std::size_t r = 0; r < by_rank.size(); ++r)
+    message += (r == 0 ? "" : ", ") + rank_name(r) + " issued " + by_rank[r]->to_string();
+  message += ")";
+  if (kind == dtype)
+    return std::make_exception_ptr(dtype_error(message));
+  if (kind == shape)
+    return std::make_exception_ptr(shape_error(message));
+  return std::make_exception_ptr(value_error(message));
 }
 
 } // namespace lockstep::detail

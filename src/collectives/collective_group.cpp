@@ -443,65 +443,16 @@ void collective_group::check_fingerprints(std::size_t rank, const collective_fin
   if (same)
     return;
   // Every rank sees the same digests, so none has left the collective and
-  // the slots' fingerprints are still the ones they issued.
-  // Every rank sees the same fingerprints and throws the same error, after
-  // the barrier: no rank may leave while another still reads its slot. The
-  // error is the one a reduction of mismatched values raises (as
-  // cross_device_ops' validation words it), then what each rank issued.
-  const auto& first = slots_[0].fingerprint;
-  std::size_t other = 1;
-  const auto differs = [&](auto field) {
-    for (other = 1; other < participants_; ++other)
-      if (field(slots_[other].fingerprint) != field(first))
-        return true;
-    return false;
-  };
-  const auto plural = rank_noun_ + "s";
-  const auto versus = [&](const std::string& what, const std::string& a, const std::string& b) {
-    return "cannot reduce across " + plural + ": " + rank_name(0) + " has " + what + " " + a
-           + " but " + rank_name(other) + " has " + what + " " + b;
-  };
-  const auto& odd = [&]() -> const collective_fingerprint& {
-    return slots_[other].fingerprint;
-  };
-  std::string lead;
-  int kind = 0; // 0 value_error, 1 dtype_error, 2 shape_error
-  if (differs([](const auto& f) { return f.op + "/" + f.reduction + "/" + f.tag; })) {
-    lead = plural + " issued different collectives";
-  } else if (differs([](const auto& f) { return f.batch_tensors; })) {
-    lead = "cannot reduce across " + plural + ": " + rank_name(0) + " passed "
-           + std::to_string(first.batch_tensors) + " tensors but " + rank_name(other)
-           + " passed " + std::to_string(odd().batch_tensors);
-  } else if (differs([](const auto& f) { return f.batch_dtypes; })) {
-    lead = first.dtype != odd().dtype
-               ? versus("dtype", std::string(lockstep::to_string(first.dtype)),
-                        std::string(lockstep::to_string(odd().dtype)))
-               : "cannot reduce across " + plural + ": the dtypes of " + rank_name(0)
-                     + "'s tensors differ from " + rank_name(other) + "'s";
-    kind = 1;
-  } else if (differs([](const auto& f) { return f.batch_shapes; })
-             || differs([](const auto& f) { return f.shape; })
-             || differs([](const auto& f) { return f.layout; })
-             || differs([](const auto& f) { return f.dtype; })) {
-    lead = first.shape != odd().shape
-               ? versus("shape", shape_to_string(first.shape), shape_to_string(odd().shape))
-               : "cannot reduce across " + plural + ": the shapes of " + rank_name(0)
-                     + "'s tensors differ from " + rank_name(other) + "'s";
-    kind = 2;
-  } else if (differs([](const auto& f) { return f.inline_data; })
-             || differs([](const auto& f) { return f.slice; })) {
-    lead = plural + " issued the same collective with different chunk sizes, so some "
-                    "published their data inline and some did not";
-  } else {
-    lead = plural + " issued collectives out of order";
-  }
-  auto message = lead + " (" + mismatch_message() + ")";
+  // the slots' fingerprints are still the ones they issued. Every rank
+  // builds the same error, after the barrier: no rank may leave while
+  // another still reads its slot.
+  std::vector<const collective_fingerprint*> by_rank;
+  for (std::size_t r = 0; r < participants_; ++r)
+    by_rank.push_back(&slots_[r].fingerprint);
+  auto error = mismatch_error(by_rank, rank_noun_,
+                              [this](std::size_t r) { return rank_name(r); }, tag_);
   finish(rank, mine.seq, deadline, outcome::mismatch);
-  if (kind == 1)
-    throw dtype_error(message);
-  if (kind == 2)
-    throw shape_error(message);
-  throw value_error(message);
+  std::rethrow_exception(error);
 }
 
 std::size_t collective_group::claim(std::uint64_t seq) {
@@ -681,14 +632,6 @@ std::string collective_group::stall_report(std::uint64_t from_seq) const {
   std::lock_guard lock{mutex_};
   return describe_missing(seq, issued, false) + "\nrecent collectives in group '" + tag_
          + "':\n" + dump_locked(entries_in_errors);
-}
-
-std::string collective_group::mismatch_message() const {
-  std::string text = "collective mismatch in group '" + tag_ + "': ";
-  for (std::size_t r = 0; r < participants_; ++r)
-    text += (r == 0 ? "" : ", ") + rank_name(r) + " issued "
-            + slots_[r].fingerprint.to_string();
-  return text;
 }
 
 void collective_group::cancel_below(std::uint64_t seq, std::exception_ptr reason) {

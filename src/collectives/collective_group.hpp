@@ -279,7 +279,6 @@ private:
   std::string describe_missing(std::uint64_t seq, const collective_fingerprint& issued,
                                bool barrier) const;
   std::string where_is(std::size_t rank) const;
-  std::string mismatch_message() const;
   std::string dump_locked(std::size_t entries) const;
   std::string rank_name(std::size_t rank) const;
   void prune_timed_out();
