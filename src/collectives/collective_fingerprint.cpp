@@ -56,7 +56,8 @@ std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const>
     lead = "cannot reduce across " + plural + ": " + rank_name(0) + " passed "
            + std::to_string(first.batch_tensors) + " tensors but " + rank_name(other)
            + " passed " + std::to_string(odd().batch_tensors);
-  } else if (differs([](const auto& f) { return f.batch_dtypes; })) {
+  } else if (differs([](const auto& f) { return f.batch_dtypes; })
+             || differs([](const auto& f) { return f.dtype; })) {
     lead = first.dtype != odd().dtype
                ? versus("dtype", std::string(lockstep::to_string(first.dtype)),
                         std::string(lockstep::to_string(odd().dtype)))
@@ -65,8 +66,7 @@ std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const>
     kind = dtype;
   } else if (differs([](const auto& f) { return f.batch_shapes; })
              || differs([](const auto& f) { return f.shape; })
-             || differs([](const auto& f) { return f.layout; })
-             || differs([](const auto& f) { return f.dtype; })) {
+             || differs([](const auto& f) { return f.layout; })) {
     lead = first.shape != odd().shape
                ? versus("shape", shape_to_string(first.shape), shape_to_string(odd().shape))
                : "cannot reduce across " + plural + ": the shapes of " + rank_name(0)

@@ -1,0 +1,68 @@
+#pragma once
+
+// Collectives over a ring of workers (ring_links), one rank per worker:
+// the cross-worker stage of a hierarchical collective (local replicas
+// reduce in process first, and one rank per worker takes part here).
+//
+// Every collective first agrees on what is issued: the ranks pass their
+// fingerprints around the ring (world - 1 small hops), so every rank sees
+// every rank's, and ranks that issued different collectives all throw the
+// same error naming the ranks and what each issued (mismatch_error), before
+// a byte of data moves.
+//
+// All-reduce (reference/network.md §1.1): the buffer's E elements are cut
+// into `world` segments. Reduce-scatter: in step t (0 .. world-2) rank r
+// sends segment (r - t - 1) mod world to the next rank and receives
+// segment (r - t - 2) mod world from the previous one, combining it into
+// its own; after world - 1 steps rank r holds segment r reduced over all
+// ranks. All-gather: in step t rank r sends segment (r - t) mod world and
+// receives (r - t - 1) mod world into place. Each segment is summed in one
+// fixed ring order, which depends only on the world size and the segment,
+// never on timing, and every rank receives the same bits of every
+// segment. Each element crosses each link 2(world - 1)/world times.
+//
+// Small buffers take the all-gather path: when (world - 1) * bytes is at
+// most small_all_reduce_bytes, the ranks pass whole buffers around the
+// ring (world - 1 hops instead of 2(world - 1)) and each combines all of
+// them in rank order, the same bits everywhere.
+//
+// float16 and bfloat16 are combined in float32 and rounded once at the
+// end, as every lockstep reduction does; MEAN is a SUM divided once by
+// the world size.
+//
+// A closed connection or a silent neighbour fails the collective on this
+// rank with connection_closed or timeout_error; the caller then closes the
+// links, so the failure travels around the ring at once.
+
+#include <cstddef>
+#include <span>
+
+#include "collectives/collective_fingerprint.hpp"
+#include "lockstep/dtype.hpp"
+#include "lockstep/reduce_op.hpp"
+#include "transport/tcp/ring_links.hpp"
+
+namespace lockstep::detail {
+
+/// The largest (world - 1) * bytes that takes the all-gather path.
+inline constexpr std::size_t small_all_reduce_bytes = 64 * 1024;
+
+/// Passes fingerprints around the ring; throws mismatch_error's error when
+/// any rank's differs from rank 0's.
+void ring_agree(ring_links& links, const collective_fingerprint& mine,
+                io_clock::time_point deadline);
+
+/// Reduces `data` (elements of `type`) across the ring in place.
+void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
+                     io_clock::time_point deadline);
+
+/// `data` holds world blocks of equal size; block `rank` is this rank's
+/// and the others are filled from their ranks.
+void ring_all_gather(ring_links& links, std::span<std::uint8_t> data,
+                     io_clock::time_point deadline);
+
+/// Every rank's `data` receives rank `root`'s.
+void ring_broadcast(ring_links& links, std::size_t root, std::span<std::uint8_t> data,
+                    io_clock::time_point deadline);
+
+} // namespace lockstep::detail

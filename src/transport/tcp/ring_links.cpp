@@ -1,0 +1,162 @@
+#include "transport/tcp/ring_links.hpp"
+
+#include "transport/tcp/authenticate.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+namespace lockstep::detail {
+
+namespace {
+
+std::string worker(std::size_t rank) {
+  return "worker " + std::to_string(rank);
+}
+
+/// Throws for a failed read or write with `peer`; false when it would block.
+bool check(const boost::system::error_code& error, std::size_t peer) {
+  if (error == boost::asio::error::would_block)
+    return false;
+  if (error == boost::asio::error::eof)
+    throw connection_closed(worker(peer) + " closed its connection");
+  if (error)
+    throw connection_closed("the connection with " + worker(peer) + " failed: " + error.message());
+  return true;
+}
+
+/// One non-blocking write; the bytes sent, 0 when it would block.
+std::size_t send_some(tcp_socket& socket, std::span<const std::uint8_t> data, std::size_t peer) {
+  boost::system::error_code error;
+  const auto sent = socket.write_some(boost::asio::buffer(data.data(), data.size()), error);
+  return check(error, peer) ? sent : 0;
+}
+
+/// One non-blocking read; the bytes received, 0 when it would block.
+std::size_t receive_some(tcp_socket& socket, std::span<std::uint8_t> data, std::size_t peer) {
+  boost::system::error_code error;
+  const auto got = socket.read_some(boost::asio::buffer(data.data(), data.size()), error);
+  return check(error, peer) ? got : 0;
+}
+
+} // namespace
+
+void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
+                          io_clock::time_point deadline) {
+  next.non_blocking(true);
+  prev.non_blocking(true);
+  std::size_t sent = 0;
+  std::size_t received = 0;
+  while (sent < out.size() || received < in.size()) {
+    std::size_t moved = 0;
+    if (sent < out.size()) {
+      const auto n = send_some(next, out.subspan(sent), next_rank());
+      sent += n;
+      moved += n;
+    }
+    if (received < in.size()) {
+      const auto n = receive_some(prev, in.subspan(received), prev_rank());
+      received += n;
+      moved += n;
+    }
+    if (moved > 0)
+      continue;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
+    if (left.count() <= 0)
+      throw timeout_error(
+        received < in.size()
+          ? "no data came from " + worker(prev_rank()) + " before the deadline"
+          : worker(next_rank()) + " did not take the data sent to it before the deadline");
+    pollfd fds[2] = {{next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
+                     {prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
+    if (::poll(fds, 2, static_cast<int>(std::min<long long>(left.count(), 1 << 30))) < 0
+        && errno != EINTR)
+      throw connection_closed(std::string("poll failed: ") + std::strerror(errno));
+  }
+}
+
+void ring_links::close() noexcept {
+  boost::system::error_code ignored;
+  next.close(ignored);
+  prev.close(ignored);
+}
+
+void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
+                  const boost::asio::ip::tcp::endpoint& next_address,
+                  std::span<const std::uint8_t> token, const handshake_identity& self,
+                  io_clock::time_point deadline) {
+  std::exception_ptr accept_failure;
+  std::thread accepting([&] {
+    try {
+      // A connection that fails the handshake, or comes from another rank,
+      // is dropped and the next one awaited, until the deadline.
+      acceptor.non_blocking(true);
+      for (;;) {
+        boost::system::error_code error;
+        acceptor.accept(links.prev, error);
+        if (error == boost::asio::error::would_block) {
+          const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
+          if (left.count() <= 0)
+            throw timeout_error(worker(links.prev_rank()) + " did not connect before the deadline");
+          pollfd entry{acceptor.native_handle(), POLLIN, 0};
+          ::poll(&entry, 1, static_cast<int>(std::min<long long>(left.count(), 100)));
+          continue;
+        }
+        if (error)
+          throw connection_closed("accepting the ring connection failed: " + error.message());
+        try {
+          const auto peer = authenticate_server(links.prev, token, self, deadline);
+          if (peer.rank == links.prev_rank())
+            return;
+        } catch (const handshake_refused&) {
+        } catch (const connection_closed&) {
+        }
+        links.prev.close();
+      }
+    } catch (...) {
+      accept_failure = std::current_exception();
+    }
+  });
+  std::exception_ptr connect_failure;
+  try {
+    auto backoff = std::chrono::milliseconds{10};
+    for (;;) {
+      boost::system::error_code error;
+      links.next.connect(next_address, error);
+      if (!error)
+        break;
+      links.next.close();
+      if (io_clock::now() + backoff >= deadline)
+        throw timeout_error(worker(links.next_rank()) + " at " + next_address.address().to_string()
+                            + ":" + std::to_string(next_address.port())
+                            + " did not accept a connection before the deadline");
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds{1000});
+    }
+    const auto address =
+      next_address.address().to_string() + ":" + std::to_string(next_address.port());
+    const auto peer = authenticate_client(links.next, token, self, address, deadline);
+    if (peer.rank != links.next_rank())
+      throw authentication_error("the worker at " + address + " is rank "
+                                 + std::to_string(peer.rank) + ", not the next rank "
+                                 + std::to_string(links.next_rank()));
+  } catch (...) {
+    connect_failure = std::current_exception();
+  }
+  accepting.join();
+  if (connect_failure)
+    std::rethrow_exception(connect_failure);
+  if (accept_failure)
+    std::rethrow_exception(accept_failure);
+}
+
+} // namespace lockstep::detail
