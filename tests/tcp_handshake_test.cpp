@@ -57,6 +57,13 @@ std::pair<authenticated_peer, authenticated_peer> handshake_in_memory(
   return {client.finish(acceptance), server.peer()};
 }
 
+/// The server's challenge to the client's hello.
+bytes challenge_to(client_handshake& client, server_handshake& server) {
+  const auto hello = client.hello();
+  return server.challenge(std::span(hello).first(hello_head_size),
+                          std::span(hello).subspan(hello_head_size));
+}
+
 std::string refusal_of(const std::function<void()>& f) {
   return error_of<handshake_refused>(f);
 }
@@ -82,17 +89,13 @@ TEST_CASE("handshake in memory: what is refused") {
   SUBCASE("a server without the token: the client rejects its proof") {
     client_handshake client{token, {"job", 0, 1}};
     server_handshake server{other_token, {"job", 0, 0}};
-    const auto hello = client.hello();
-    const auto challenge = server.challenge(std::span(hello).first(hello_head_size),
-                                            std::span(hello).subspan(hello_head_size));
+    const auto challenge = challenge_to(client, server);
     CHECK(contains(refusal_of([&] { client.respond(challenge); }), "server's proof"));
   }
   SUBCASE("a client without the token: the server rejects its proof") {
     client_handshake client{other_token, {"job", 0, 1}};
     server_handshake server{token, {"job", 0, 0}};
-    const auto hello = client.hello();
-    const auto challenge = server.challenge(std::span(hello).first(hello_head_size),
-                                            std::span(hello).subspan(hello_head_size));
+    const auto challenge = challenge_to(client, server);
     // The client sees the server's proof fail, but a hostile client would
     // answer anyway: a response made with the wrong token is refused.
     const auto forged = hmac_sha256(other_token, {challenge});
@@ -113,9 +116,7 @@ TEST_CASE("handshake in memory: what is refused") {
   SUBCASE("the server's own proof reflected back as a response") {
     client_handshake client{token, {"job", 0, 1}};
     server_handshake server{token, {"job", 0, 0}};
-    const auto hello = client.hello();
-    const auto challenge = server.challenge(std::span(hello).first(hello_head_size),
-                                            std::span(hello).subspan(hello_head_size));
+    const auto challenge = challenge_to(client, server);
     CHECK(contains(refusal_of([&] { server.accept(std::span(challenge).subspan(36)); }),
                    "client's proof"));
   }

@@ -8,6 +8,16 @@
 
 namespace lockstep::detail {
 
+namespace {
+
+/// Sets `field` from the whole number in `name`, when it is set.
+void take_count(sourced<std::size_t>& field, const environment& env, std::string_view name) {
+  if (const auto value = count_variable(env, name))
+    field.set(*value, std::string(name));
+}
+
+} // namespace
+
 std::optional<cluster_fields> from_torchrun(const environment& env) {
   const auto rank = count_variable(env, "RANK");
   const auto world = count_variable(env, "WORLD_SIZE");
@@ -22,10 +32,8 @@ std::optional<cluster_fields> from_torchrun(const environment& env) {
   fields.source = "torchrun";
   fields.rank.set(*rank, "RANK");
   fields.world_size.set(*world, "WORLD_SIZE");
-  if (const auto local = count_variable(env, "LOCAL_RANK"))
-    fields.local_rank.set(*local, "LOCAL_RANK");
-  if (const auto local_world = count_variable(env, "LOCAL_WORLD_SIZE"))
-    fields.local_world_size.set(*local_world, "LOCAL_WORLD_SIZE");
+  take_count(fields.local_rank, env, "LOCAL_RANK");
+  take_count(fields.local_world_size, env, "LOCAL_WORLD_SIZE");
   const auto coordinator = std::string(*master) + ":" + std::string(*port);
   fields.coordinator.set(network_address::parse(coordinator, "MASTER_ADDR:MASTER_PORT"),
                          "MASTER_ADDR");
@@ -45,10 +53,8 @@ std::optional<cluster_fields> from_open_mpi(const environment& env) {
   fields.source = "Open MPI";
   fields.rank.set(*rank, "OMPI_COMM_WORLD_RANK");
   fields.world_size.set(*world, "OMPI_COMM_WORLD_SIZE");
-  if (const auto local = count_variable(env, "OMPI_COMM_WORLD_LOCAL_RANK"))
-    fields.local_rank.set(*local, "OMPI_COMM_WORLD_LOCAL_RANK");
-  if (const auto local_world = count_variable(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
-    fields.local_world_size.set(*local_world, "OMPI_COMM_WORLD_LOCAL_SIZE");
+  take_count(fields.local_rank, env, "OMPI_COMM_WORLD_LOCAL_RANK");
+  take_count(fields.local_world_size, env, "OMPI_COMM_WORLD_LOCAL_SIZE");
   // mpirun names the job in PMIx's namespace; no coordinator, so the job id
   // may also come from the coordinator an override gives (cluster_resolver).
   if (const auto space = variable(env, "PMIX_NAMESPACE"))
@@ -59,14 +65,10 @@ std::optional<cluster_fields> from_open_mpi(const environment& env) {
 cluster_fields from_lockstep_variables(const environment& env) {
   cluster_fields fields;
   fields.source = "LOCKSTEP_*";
-  const auto count = [&](sourced<std::size_t>& field, std::string_view name) {
-    if (const auto value = count_variable(env, name))
-      field.set(*value, std::string(name));
-  };
-  count(fields.world_size, "LOCKSTEP_WORLD_SIZE");
-  count(fields.rank, "LOCKSTEP_RANK");
-  count(fields.local_rank, "LOCKSTEP_LOCAL_RANK");
-  count(fields.local_world_size, "LOCKSTEP_LOCAL_WORLD_SIZE");
+  take_count(fields.world_size, env, "LOCKSTEP_WORLD_SIZE");
+  take_count(fields.rank, env, "LOCKSTEP_RANK");
+  take_count(fields.local_rank, env, "LOCKSTEP_LOCAL_RANK");
+  take_count(fields.local_world_size, env, "LOCKSTEP_LOCAL_WORLD_SIZE");
   if (const auto text = variable(env, "LOCKSTEP_COORDINATOR"))
     fields.coordinator.set(network_address::parse(*text, "LOCKSTEP_COORDINATOR"),
                            "LOCKSTEP_COORDINATOR");
