@@ -8,6 +8,8 @@
 
 #include "transport/tcp/ring_collectives.hpp"
 
+#include "loopback_ring.hpp"
+
 #include "test_support.hpp"
 #include "file_support.hpp"
 
@@ -31,68 +33,11 @@
 
 using namespace lockstep;
 using namespace lockstep::detail;
+using lockstep::detail::test::loopback_ring;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
 namespace {
-
-const bytes token = [] {
-  const std::string text = "ring-test-token-0123456789";
-  return bytes(text.begin(), text.end());
-}();
-
-/// `world` workers' ring links, connected and authenticated over loopback.
-class ring {
-public:
-  explicit ring(std::size_t world) {
-    for (std::size_t r = 0; r < world; ++r) {
-      acceptors_.push_back(std::make_unique<asio::ip::tcp::acceptor>(
-        context_, asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}));
-      links_.push_back(std::make_unique<ring_links>(
-        ring_links{r, world, tcp_socket(context_), tcp_socket(context_)}));
-    }
-    run([&](ring_links& links) {
-      const auto r = links.rank;
-      connect_ring(links, *acceptors_[r], acceptors_[(r + 1) % world]->local_endpoint(), token,
-                   {"ring-test", 0, static_cast<std::uint32_t>(r)}, io_clock::now() + 10s);
-    });
-  }
-
-  /// Runs `work` on every worker's thread; returns what each threw (null
-  /// for none). A worker that throws closes its links, as a node does.
-  std::vector<std::exception_ptr> try_run(const std::function<void(ring_links&)>& work) {
-    std::vector<std::exception_ptr> errors(links_.size());
-    std::vector<std::thread> threads;
-    for (std::size_t r = 0; r < links_.size(); ++r)
-      threads.emplace_back([&, r] {
-        try {
-          work(*links_[r]);
-        } catch (...) {
-          errors[r] = std::current_exception();
-          links_[r]->close();
-        }
-      });
-    for (auto& t : threads)
-      t.join();
-    return errors;
-  }
-
-  /// try_run, failing the test if a worker threw.
-  void run(const std::function<void(ring_links&)>& work) {
-    for (const auto& error : try_run(work))
-      if (error)
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          FAIL("a worker threw: " << e.what());
-        }
-  }
-
-private:
-  asio::io_context context_;
-  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;
-  std::vector<std::unique_ptr<ring_links>> links_;
-};
 
 /// Worker r's element i: small integers, so every dtype holds every sum,
 /// min, max and product exactly.
@@ -159,7 +104,7 @@ collective_fingerprint fingerprint_of(std::uint64_t seq, reduce_op op, dtype typ
 TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the segments") {
   for (std::size_t world = 1; world <= 4; ++world) {
     CAPTURE(world);
-    ring workers(world);
+    loopback_ring workers(world);
     // 0, 1, not divisible by the world, and (for more than one worker) the
     // segmented path with uneven segments.
     const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003};
@@ -194,7 +139,7 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
 }
 
 TEST_CASE("ring all-gather and broadcast") {
-  ring workers(3);
+  loopback_ring workers(3);
   workers.run([](ring_links& links) {
     std::vector<std::uint8_t> blocks(3 * 5, 0);
     for (std::size_t i = 0; i < 5; ++i)
@@ -212,7 +157,7 @@ TEST_CASE("ring all-gather and broadcast") {
 }
 
 TEST_CASE("workers that issue different collectives all get the same error, before any data") {
-  ring workers(3);
+  loopback_ring workers(3);
   const auto expect_everywhere = [&](const std::function<collective_fingerprint(std::size_t)>& f,
                                      const std::string& part, auto error_type) {
     const auto errors = workers.try_run(
@@ -231,7 +176,7 @@ TEST_CASE("workers that issue different collectives all get the same error, befo
       return fingerprint_of(1, reduce_op::sum, r == 1 ? dtype::f64 : dtype::f32, 4);
     },
     "worker 0 has dtype float32 but worker 1 has dtype float64", dtype_error(""));
-  ring again(3); // the first ring's workers closed their links
+  loopback_ring again(3); // the first ring's workers closed their links
   const auto errors = again.try_run([](ring_links& links) {
     ring_agree(links, fingerprint_of(1, reduce_op::sum, dtype::f32, links.rank == 2 ? 8 : 4),
                io_clock::now() + 5s);
@@ -245,7 +190,7 @@ TEST_CASE("workers that issue different collectives all get the same error, befo
 
 TEST_CASE("a worker that dies mid-collective fails the others at once; a frozen one at the deadline") {
   SUBCASE("killed") {
-    ring workers(3);
+    loopback_ring workers(3);
     const auto start = io_clock::now();
     const auto errors = workers.try_run([](ring_links& links) {
       std::vector<float> data(2'000'000, 1.0f); // several MiB: beyond the socket buffers
@@ -262,7 +207,7 @@ TEST_CASE("a worker that dies mid-collective fails the others at once; a frozen 
       CHECK_THROWS_AS(std::rethrow_exception(errors[r]), connection_closed);
   }
   SUBCASE("frozen") {
-    ring workers(3);
+    loopback_ring workers(3);
     const auto errors = workers.try_run([](ring_links& links) {
       if (links.rank == 2) {
         std::this_thread::sleep_for(1500ms); // never comes

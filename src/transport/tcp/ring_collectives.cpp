@@ -1,6 +1,7 @@
 #include "transport/tcp/ring_collectives.hpp"
 
 #include "devices/elementwise_loops.hpp"
+#include "runtime/error_value.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"
@@ -69,8 +70,7 @@ bytes encode(const collective_fingerprint& f) {
   return out;
 }
 
-collective_fingerprint decode(std::span<const std::uint8_t> in) {
-  reader r{in};
+collective_fingerprint decode(reader& r) {
   collective_fingerprint f;
   f.seq = r.u64();
   f.op = r.text();
@@ -183,16 +183,29 @@ void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<s
 } // namespace
 
 void ring_agree(ring_links& links, const collective_fingerprint& mine,
-                io_clock::time_point deadline) {
+                io_clock::time_point deadline, const std::exception_ptr& failure) {
   const auto world = links.world;
   std::vector<bytes> records(world);
   records[links.rank] = encode(mine);
+  auto& record = records[links.rank];
+  put_u64(record, failure ? 1 : 0);
+  if (failure) {
+    const auto value = to_error_value(failure);
+    put_u64(record, static_cast<std::uint64_t>(value.kind));
+    put_text(record, value.message);
+  }
   for (std::size_t t = 0; t + 1 < world; ++t)
     records[(links.rank + 2 * world - t - 1) % world] =
       exchange_record(links, records[(links.rank + world - t) % world], deadline);
   std::vector<collective_fingerprint> issued;
-  for (const auto& record : records)
-    issued.push_back(decode(record));
+  for (const auto& record : records) {
+    reader r{record};
+    issued.push_back(decode(r));
+    if (r.u64() != 0) { // this rank failed: every rank throws its error
+      const auto kind = static_cast<error_kind>(r.u64());
+      rethrow({is_valid(kind) ? kind : error_kind::unknown, r.text(), {}});
+    }
+  }
   std::vector<const collective_fingerprint*> by_rank;
   bool same = true;
   for (const auto& f : issued) {

@@ -35,6 +35,7 @@
 // links, so the failure travels around the ring at once.
 
 #include <cstddef>
+#include <exception>
 #include <span>
 
 #include "collectives/collective_fingerprint.hpp"
@@ -48,9 +49,12 @@ namespace lockstep::detail {
 inline constexpr std::size_t small_all_reduce_bytes = 64 * 1024;
 
 /// Passes fingerprints around the ring; throws mismatch_error's error when
-/// any rank's differs from rank 0's.
+/// any rank's differs from rank 0's. A rank that cannot contribute passes
+/// its `failure` along instead: then every rank throws the failure of the
+/// lowest failing rank (its lockstep type and message), and the ring stays
+/// usable for the next collective.
 void ring_agree(ring_links& links, const collective_fingerprint& mine,
-                io_clock::time_point deadline);
+                io_clock::time_point deadline, const std::exception_ptr& failure = nullptr);
 
 /// Reduces `data` (elements of `type`) across the ring in place.
 void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,

@@ -1,0 +1,255 @@
+#include "transport/tcp/tcp_ring_communicator.hpp"
+
+#include "collectives/allreduce_slices.hpp"
+#include "transport/tcp/ring_collectives.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lockstep::detail {
+
+namespace {
+
+constexpr std::size_t flight_records = 16;
+
+std::span<std::uint8_t> bytes_of(tensor& t) {
+  return {static_cast<std::uint8_t*>(t.raw_data()), t.byte_size()};
+}
+
+std::span<const std::uint8_t> bytes_of(const tensor& t) {
+  return {static_cast<const std::uint8_t*>(t.raw_data()), t.byte_size()};
+}
+
+} // namespace
+
+tcp_ring_communicator::tcp_ring_communicator(ring_links links) : links_(std::move(links)) {}
+
+std::string tcp_ring_communicator::name() const {
+  return "tcp_ring";
+}
+
+std::size_t tcp_ring_communicator::size() const noexcept {
+  return links_.world;
+}
+
+collective_session& tcp_ring_communicator::session() noexcept {
+  return *this;
+}
+
+void tcp_ring_communicator::check_rank(std::size_t rank) const {
+  if (rank != links_.rank)
+    throw value_error("tcp_ring: worker " + std::to_string(links_.rank)
+                      + "'s communicator called for rank " + std::to_string(rank));
+}
+
+template <class Work>
+void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
+                                const collective_options& options, Work work) {
+  check_rank(rank);
+  {
+    std::lock_guard lock{mutex_};
+    if (!broken_.empty())
+      throw peer_lost_error(broken_);
+    if (f.seq < cancelled_below_)
+      std::rethrow_exception(cancel_reason_);
+    last_seq_ = std::max(last_seq_, f.seq);
+    running_ = f.seq;
+  }
+  const auto record = [&](const std::string& outcome) {
+    std::lock_guard lock{mutex_};
+    running_ = 0;
+    records_.push_back(f.to_string() + ": " + outcome);
+    if (records_.size() > flight_records)
+      records_.pop_front();
+  };
+  const auto broke = [&](const std::string& why) {
+    links_.close(); // the neighbours fail at once instead of at their deadlines
+    {
+      std::lock_guard lock{mutex_};
+      broken_ = "the ring of workers is broken at worker " + std::to_string(links_.rank) + " ("
+                + f.to_string() + "): " + why;
+    }
+    record("ring broken");
+    throw peer_lost_error(broken_);
+  };
+  const auto deadline = io_clock::now() + options.timeout;
+  try {
+    ring_agree(links_, f, deadline, options.failure);
+    work(deadline);
+  } catch (const connection_closed& e) {
+    broke(e.what());
+  } catch (const timeout_error& e) {
+    broke(e.what());
+  } catch (...) { // agreed on by every rank: the ring stays usable
+    record("failed");
+    throw;
+  }
+  record("completed");
+}
+
+void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
+                                       std::span<const tensor> inputs, std::span<tensor> outputs,
+                                       const collective_options& options,
+                                       std::uint64_t first_seq) {
+  if (inputs.size() != outputs.size())
+    throw value_error("tcp_ring all_reduce: " + std::to_string(inputs.size()) + " inputs but "
+                      + std::to_string(outputs.size()) + " outputs");
+  auto seq = std::max(first_seq, next_seq(rank));
+  const auto batch = sign_batch(inputs);
+  // One ring collective per run of tensors of one dtype, through one
+  // contiguous buffer.
+  std::size_t first = 0;
+  do {
+    auto last = first + 1;
+    while (last < inputs.size() && inputs[last].dtype() == inputs[first].dtype())
+      ++last;
+    collective_fingerprint f;
+    f.seq = seq++;
+    f.op = "all_reduce";
+    f.reduction = std::string(to_string(op));
+    f.tag = options.tag;
+    f.epoch = options.epoch;
+    f.batch_tensors = batch.tensors;
+    f.batch_dtypes = batch.dtypes;
+    f.batch_shapes = batch.shapes;
+    std::size_t total = 0;
+    for (auto i = first; i < last && i < inputs.size(); ++i) {
+      if (outputs[i].dtype() != inputs[i].dtype()
+          || outputs[i].num_elements() != inputs[i].num_elements())
+        throw value_error("tcp_ring all_reduce: output " + std::to_string(i)
+                          + " does not match its input");
+      total += inputs[i].byte_size();
+    }
+    f.tensors = std::min(last, inputs.size()) - first;
+    if (!inputs.empty()) {
+      f.dtype = inputs[first].dtype();
+      f.shape = f.tensors == 1 ? inputs[first].shape()
+                               : shape_t{static_cast<std::int64_t>(total / size_of(f.dtype))};
+      f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
+    }
+    run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+      if (inputs.empty())
+        return;
+      bytes buffer(total);
+      std::size_t at = 0;
+      for (auto i = first; i < last; ++i) {
+        const auto in = bytes_of(inputs[i]);
+        std::memcpy(buffer.data() + at, in.data(), in.size());
+        at += in.size();
+      }
+      ring_all_reduce(links_, op, inputs[first].dtype(), buffer, deadline);
+      at = 0;
+      for (auto i = first; i < last; ++i) {
+        const auto out = bytes_of(outputs[i]);
+        std::memcpy(out.data(), buffer.data() + at, out.size());
+        at += out.size();
+      }
+    });
+    first = last;
+  } while (first < inputs.size());
+}
+
+void tcp_ring_communicator::reduce_scatter(std::size_t rank, reduce_op op, const tensor& input,
+                                           tensor& output, const collective_options& options) {
+  const auto world = links_.world;
+  if (input.dtype() != output.dtype()
+      || static_cast<std::size_t>(input.num_elements()) != world * output.num_elements())
+    throw value_error("tcp_ring reduce_scatter: the input needs " + std::to_string(world)
+                      + " blocks of the output's size and dtype");
+  // All-reduce, then keep this rank's block: the ring's reduce-scatter
+  // stage alone would move half the bytes (later).
+  auto whole = input.copy();
+  all_reduce(rank, op, {&input, 1}, {&whole, 1}, options);
+  const auto block = output.byte_size();
+  std::memcpy(bytes_of(output).data(), bytes_of(whole).data() + rank * block, block);
+}
+
+void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
+                                       const collective_options& options) {
+  const auto world = links_.world;
+  if (input.dtype() != output.dtype()
+      || static_cast<std::size_t>(output.num_elements()) != world * input.num_elements())
+    throw value_error("tcp_ring all_gather: the output needs " + std::to_string(world)
+                      + " blocks of the input's size and dtype");
+  collective_fingerprint f;
+  f.seq = next_seq(rank);
+  f.op = "all_gather";
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.dtype = input.dtype();
+  f.shape = input.shape();
+  run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+    auto out = bytes_of(output);
+    std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(), input.byte_size());
+    ring_all_gather(links_, out, deadline);
+  });
+}
+
+void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
+                                      const collective_options& options) {
+  collective_fingerprint f;
+  f.seq = next_seq(rank);
+  f.op = "broadcast";
+  f.reduction = "from " + std::to_string(root);
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.tensors = buffers.size();
+  f.batch_tensors = buffers.size();
+  f.batch_shapes = sign_batch(buffers).shapes;
+  run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+    for (auto& buffer : buffers)
+      ring_broadcast(links_, root, bytes_of(buffer), deadline);
+  });
+}
+
+// -- the session -------------------------------------------------------------------
+
+std::uint64_t tcp_ring_communicator::next_seq(std::size_t rank) const {
+  check_rank(rank);
+  std::lock_guard lock{mutex_};
+  return last_seq_ + 1;
+}
+
+void tcp_ring_communicator::cancel_below(std::uint64_t seq, std::exception_ptr reason) {
+  std::lock_guard lock{mutex_};
+  if (seq <= cancelled_below_)
+    return;
+  cancelled_below_ = seq;
+  cancel_reason_ = reason ? reason
+                          : std::make_exception_ptr(error("tcp_ring: collective cancelled"));
+}
+
+std::uint64_t tcp_ring_communicator::cancelled_below() const noexcept {
+  std::lock_guard lock{mutex_};
+  return cancelled_below_;
+}
+
+void tcp_ring_communicator::depart(std::size_t, std::uint64_t) {
+  // One rank per process: nobody here waits for this rank. The other
+  // workers learn of a departure from the fingerprints' epochs.
+}
+
+bool tcp_ring_communicator::waiting(std::size_t rank, std::uint64_t from_seq) const noexcept {
+  std::lock_guard lock{mutex_};
+  return rank == links_.rank && running_ != 0 && running_ >= from_seq;
+}
+
+std::string tcp_ring_communicator::stall_report(std::uint64_t from_seq) const {
+  std::lock_guard lock{mutex_};
+  if (running_ == 0 || running_ < from_seq)
+    return "";
+  return "worker " + std::to_string(links_.rank) + " waits on the ring of workers in collective #"
+         + std::to_string(running_);
+}
+
+std::string tcp_ring_communicator::dump() const {
+  std::lock_guard lock{mutex_};
+  std::string text;
+  for (const auto& line : records_)
+    text += line + "\n";
+  return text;
+}
+
+} // namespace lockstep::detail

@@ -1,0 +1,73 @@
+#pragma once
+
+// tcp_ring_communicator: the ring collectives (ring_collectives.hpp) behind
+// the communicator interface, for one rank per process: the `leaders`
+// stage of a hierarchical_communicator whose local stage is the process's
+// shared-memory group. Each process holds one of these, for its own rank.
+//
+// A collective whose caller passes a failure (options.failure) still meets
+// the others, and every rank throws that failure; the ring stays usable. A
+// broken ring (a neighbour's connection closed, or a deadline passed) is
+// not: the links are closed, so the other workers fail at once too, and
+// this and every later collective throw peer_lost_error naming what
+// happened (TF's multi-worker strategy fails fast the same way; restarts
+// are the launcher's).
+
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "collectives/collective_fingerprint.hpp"
+#include "collectives/communicator.hpp"
+#include "transport/tcp/ring_links.hpp"
+
+namespace lockstep::detail {
+
+class tcp_ring_communicator final : public communicator, private collective_session {
+public:
+  explicit tcp_ring_communicator(ring_links links);
+
+  std::string name() const override;
+  std::size_t size() const noexcept override;
+  collective_session& session() noexcept override;
+
+  void all_reduce(std::size_t rank, reduce_op op, std::span<const tensor> inputs,
+                  std::span<tensor> outputs, const collective_options& options,
+                  std::uint64_t first_seq = 0) override;
+  void reduce_scatter(std::size_t rank, reduce_op op, const tensor& input, tensor& output,
+                      const collective_options& options) override;
+  void all_gather(std::size_t rank, const tensor& input, tensor& output,
+                  const collective_options& options) override;
+  void broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
+                 const collective_options& options) override;
+
+private:
+  // -- collective_session, for this process's rank ------------------------------
+  std::uint64_t next_seq(std::size_t rank) const override;
+  void cancel_below(std::uint64_t seq, std::exception_ptr reason) override;
+  std::uint64_t cancelled_below() const noexcept override;
+  void depart(std::size_t rank, std::uint64_t epoch) override;
+  bool waiting(std::size_t rank, std::uint64_t from_seq) const noexcept override;
+  std::string stall_report(std::uint64_t from_seq) const override;
+  std::string dump() const override;
+
+  /// Runs `work` as collective `f` on the ring: agreement (with the
+  /// caller's failure), then the data; records the outcome; turns a broken
+  /// ring into peer_lost_error.
+  template <class Work>
+  void run(std::size_t rank, collective_fingerprint f, const collective_options& options,
+           Work work);
+
+  void check_rank(std::size_t rank) const;
+
+  ring_links links_;
+  mutable std::mutex mutex_; // guards what other threads read: the fields below
+  std::uint64_t last_seq_ = 0;
+  std::uint64_t cancelled_below_ = 0;
+  std::exception_ptr cancel_reason_;
+  std::uint64_t running_ = 0; // the collective in progress, 0 for none
+  std::string broken_;        // why the ring broke; empty while it works
+  std::deque<std::string> records_; // the flight recorder, oldest first
+};
+
+} // namespace lockstep::detail
