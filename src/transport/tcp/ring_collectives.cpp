@@ -148,6 +148,8 @@ void all_reduce_by_gather(ring_links& links, reduce_op op, dtype type,
                           std::span<std::uint8_t> data, io_clock::time_point deadline) {
   const auto world = links.world;
   const auto size = data.size();
+  if (size == 0) // nothing to move (and memcpy must not see a null buffer)
+    return;
   bytes blocks(world * size);
   std::memcpy(blocks.data() + links.rank * size, data.data(), size);
   ring_all_gather(links, blocks, deadline);

@@ -130,20 +130,22 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
       f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
     }
     run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
-      if (inputs.empty())
+      if (total == 0) // nothing to move (and memcpy must not see a null buffer)
         return;
       bytes buffer(total);
       std::size_t at = 0;
       for (auto i = first; i < last; ++i) {
         const auto in = bytes_of(inputs[i]);
-        std::memcpy(buffer.data() + at, in.data(), in.size());
+        if (!in.empty())
+          std::memcpy(buffer.data() + at, in.data(), in.size());
         at += in.size();
       }
       ring_all_reduce(links_, op, inputs[first].dtype(), buffer, deadline);
       at = 0;
       for (auto i = first; i < last; ++i) {
         const auto out = bytes_of(outputs[i]);
-        std::memcpy(out.data(), buffer.data() + at, out.size());
+        if (!out.empty())
+          std::memcpy(out.data(), buffer.data() + at, out.size());
         at += out.size();
       }
     });
@@ -163,7 +165,8 @@ void tcp_ring_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
   auto whole = input.copy();
   all_reduce(rank, op, {&input, 1}, {&whole, 1}, options);
   const auto block = output.byte_size();
-  std::memcpy(bytes_of(output).data(), bytes_of(whole).data() + rank * block, block);
+  if (block > 0)
+    std::memcpy(bytes_of(output).data(), bytes_of(whole).data() + rank * block, block);
 }
 
 void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
@@ -182,7 +185,9 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
   f.shape = input.shape();
   run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
     auto out = bytes_of(output);
-    std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(), input.byte_size());
+    if (input.byte_size() > 0)
+      std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(),
+                  input.byte_size());
     ring_all_gather(links_, out, deadline);
   });
 }
