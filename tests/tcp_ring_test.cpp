@@ -1,8 +1,8 @@
 // The ring collectives between workers (src/transport/tcp/ring_*.hpp), with
 // one thread per worker and authenticated loopback connections: all-reduce
-// for 1 to 4 workers, sizes 0, 1, not divisible by the world and several
-// segments, every dtype and op, against closed-form results; all-gather and
-// broadcast; workers that issue different collectives; a worker that dies
+// for 1 to 4 workers, sizes 0, 1, not divisible by the world, several
+// segments and several chunks per segment, every dtype and op, against
+// closed-form results; all-gather and broadcast; workers that issue different collectives; a worker that dies
 // mid-collective and one that never comes. No actor system: suite 'unit',
 // so it runs under ThreadSanitizer too.
 
@@ -106,8 +106,9 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
     CAPTURE(world);
     loopback_ring workers(world);
     // 0, 1, not divisible by the world, and (for more than one worker) the
-    // segmented path with uneven segments.
-    const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003};
+    // segmented path with uneven segments, in one chunk and in several
+    // (ring_chunk_bytes).
+    const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003, 200'003};
     workers.run([&](ring_links& links) {
       std::uint64_t seq = 0;
       for (const auto type : {dtype::f32, dtype::f64, dtype::i32, dtype::i64, dtype::f16,

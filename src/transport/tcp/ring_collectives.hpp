@@ -48,6 +48,10 @@ namespace lockstep::detail {
 /// The largest (world - 1) * bytes that takes the all-gather path.
 inline constexpr std::size_t small_all_reduce_bytes = 64 * 1024;
 
+/// The reduce-scatter combines what it receives in chunks of this many
+/// bytes (a multiple of every element size).
+inline constexpr std::size_t ring_chunk_bytes = 256 * 1024;
+
 /// Passes fingerprints around the ring; throws mismatch_error's error when
 /// any rank's differs from rank 0's. A rank that cannot contribute passes
 /// its `failure` along instead: then every rank throws the failure of the

@@ -114,6 +114,7 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
         if (error)
           throw connection_closed("accepting the ring connection failed: " + error.message());
         try {
+          links.prev.set_option(boost::asio::ip::tcp::no_delay(true));
           const auto peer = authenticate_server(links.prev, token, self, deadline);
           if (peer.rank == links.prev_rank())
             return;
@@ -142,6 +143,9 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds{1000});
     }
+    // Small records (lengths, fingerprints) must not wait for Nagle's
+    // delayed acknowledgements (network.md §1.5: 88 ms a round trip).
+    links.next.set_option(boost::asio::ip::tcp::no_delay(true));
     const auto address =
       next_address.address().to_string() + ":" + std::to_string(next_address.port());
     const auto peer = authenticate_client(links.next, token, self, address, deadline);
