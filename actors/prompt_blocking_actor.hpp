@@ -43,13 +43,11 @@ public:
   /// How long a gathering wait holds back the messages that did arrive.
   static constexpr std::chrono::milliseconds gather_window{1};
 
-  /// Messages enqueued so far, ever.
-  std::uint64_t pushed() const noexcept { return pushed_.load(); }
-
-  /// The next wait for data returns once pushed() reaches `total` (or
-  /// after gather_window, or at its own deadline), instead of at the first
-  /// message. A `total` the reader overestimates costs it at most the
-  /// window; one it underestimates only wakes it early.
+  /// The next wait for data returns once `total` messages have been
+  /// enqueued since the actor started (or after gather_window, or at its
+  /// own deadline), instead of at the first message. A `total` the reader
+  /// overestimates costs it at most the window; one it underestimates only
+  /// wakes it early.
   void gather(std::uint64_t total) noexcept { gather_until_ = total; }
 
 private:
@@ -59,6 +57,7 @@ private:
   bool await_gathered(timeout_type until);
 
   const std::chrono::microseconds spin_;
+  /// Messages enqueued so far, ever.
   std::atomic<std::uint64_t> pushed_{0};
   /// The reader's gather() target (its own thread only); 0: none.
   std::uint64_t gather_until_ = 0;

@@ -116,6 +116,7 @@ using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
+using lockstep::bench::size_string;
 using lockstep::bench::summarize;
 using lockstep::bench::summary;
 using lockstep::tensor;
@@ -280,21 +281,6 @@ std::string list_string(const std::vector<std::size_t>& xs, std::string_view emp
     out += std::to_string(x);
   }
   return out;
-}
-
-std::string size_string(std::size_t bytes) {
-  char buf[32];
-  if (bytes >= mib && bytes % mib == 0)
-    std::snprintf(buf, sizeof buf, "%zu MiB", bytes / mib);
-  else if (bytes >= kib && bytes % kib == 0)
-    std::snprintf(buf, sizeof buf, "%zu KiB", bytes / kib);
-  else if (bytes >= mib)
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / mib);
-  else if (bytes >= kib)
-    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / kib);
-  else
-    std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  return buf;
 }
 
 // -- statistics -----------------------------------------------------------------

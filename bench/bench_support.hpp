@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -99,6 +100,24 @@ inline summary summarize(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
   const auto n = xs.size();
   return {n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2, xs.front(), xs.back()};
+}
+
+/// "4 MiB", "64 KiB", "1.5 KiB", "12 B": bytes as the tables show them.
+inline std::string size_string(std::size_t bytes) {
+  constexpr std::size_t kib = 1024;
+  constexpr std::size_t mib = 1024 * kib;
+  char buf[32];
+  if (bytes >= mib && bytes % mib == 0)
+    std::snprintf(buf, sizeof buf, "%zu MiB", bytes / mib);
+  else if (bytes >= kib && bytes % kib == 0)
+    std::snprintf(buf, sizeof buf, "%zu KiB", bytes / kib);
+  else if (bytes >= mib)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / mib);
+  else if (bytes >= kib)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / kib);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  return buf;
 }
 
 } // namespace lockstep::bench

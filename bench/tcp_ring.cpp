@@ -50,6 +50,7 @@ using namespace lockstep::detail;
 using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
+using lockstep::bench::size_string;
 using lockstep::bench::summarize;
 using clock_type = std::chrono::steady_clock;
 
@@ -204,14 +205,6 @@ std::vector<double> run_workers(std::size_t world, std::size_t figures, Work wor
   return results;
 }
 
-std::string size_text(std::size_t bytes) {
-  if (bytes >= (1 << 20))
-    return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= 1024)
-    return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -265,7 +258,7 @@ int main(int argc, char** argv) {
       const auto algbw = static_cast<double>(opts.sizes[i]) / seconds[i];
       const auto busbw = algbw * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
       std::printf("| %zu | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", world,
-                  size_text(opts.sizes[i]).c_str(), seconds[i] * 1e6, algbw / 1e9, busbw / 1e9,
+                  size_string(opts.sizes[i]).c_str(), seconds[i] * 1e6, algbw / 1e9, busbw / 1e9,
                   bound / 1e9, 100.0 * algbw / bound);
     }
   }

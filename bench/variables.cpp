@@ -52,6 +52,7 @@ using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
 using lockstep::bench::pin_to;
+using lockstep::bench::size_string;
 using lockstep::bench::summarize;
 using clock_type = std::chrono::steady_clock;
 
@@ -274,14 +275,6 @@ row measure(std::size_t k, std::size_t bytes, std::size_t n, const options& opts
   r.lockstep_us = summarize(ours).median;
   r.baseline_us = summarize(theirs).median;
   return r;
-}
-
-std::string size_string(std::size_t bytes) {
-  if (bytes >= (1u << 20))
-    return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= (1u << 10))
-    return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
 }
 
 void print_row(const row& r) {

@@ -1,6 +1,7 @@
 #include "cluster/cluster_token.hpp"
 
 #include "cluster/cluster_sources.hpp"
+#include "io/file_descriptor.hpp"
 #include "runtime/error_text.hpp"
 #include "transport/tcp/handshake.hpp"
 
@@ -19,15 +20,6 @@
 namespace lockstep::detail {
 
 namespace {
-
-/// The file's descriptor, closed on every path.
-struct open_file {
-  int fd;
-  ~open_file() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
 
 cluster_token checked(cluster_token token, const std::string& where) {
   while (!token.empty() && std::isspace(token.back()))
@@ -48,11 +40,11 @@ bool is_loopback(const std::string& host) {
 
 cluster_token read_token_file(const std::filesystem::path& path) {
   const auto name = "cluster token file " + in_quotes(path);
-  const open_file file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
-  if (file.fd < 0)
+  const file_descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  if (file.get() < 0)
     throw value_error(name + " cannot be opened: " + std::strerror(errno));
   struct stat status{};
-  if (::fstat(file.fd, &status) != 0 || !S_ISREG(status.st_mode))
+  if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode))
     throw value_error(name + " is not a regular file");
   if ((status.st_mode & 077) != 0) {
     char mode[8];
@@ -64,7 +56,7 @@ cluster_token read_token_file(const std::filesystem::path& path) {
     throw value_error(name + " belongs to another user (uid " + std::to_string(status.st_uid)
                       + ")");
   cluster_token token(4096);
-  const auto got = ::read(file.fd, token.data(), token.size());
+  const auto got = ::read(file.get(), token.data(), token.size());
   if (got < 0)
     throw value_error(name + " cannot be read: " + std::strerror(errno));
   token.resize(static_cast<std::size_t>(got));

@@ -11,7 +11,6 @@
 #include <string_view>
 #include <span>
 #include <exception>
-#include <functional>
 
 #include "lockstep/dtype.hpp"
 #include "lockstep/tensor.hpp"
@@ -89,13 +88,11 @@ struct collective_fingerprint {
 /// r issued; at least one differs from rank 0's), the one a reduction of
 /// mismatched values raises: dtype_error when dtypes differ, shape_error
 /// when shapes do, else value_error. The message names the first rank that
-/// differs from rank 0 and how, then what every rank issued. `rank_name(r)`
-/// names a rank ("replica 1", "worker 2"); `group` names the group.
+/// differs from rank 0 and how, then what every rank issued, naming rank r
+/// "<rank_noun> r" ("replica 1", "worker 2"); `group` names the group.
 /// Every rank that sees the same fingerprints builds the same error, so
 /// every transport reports a mismatch alike.
 std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const> by_rank,
-                                  std::string_view rank_noun,
-                                  const std::function<std::string(std::size_t)>& rank_name,
-                                  std::string_view group);
+                                  std::string_view rank_noun, std::string_view group);
 
 } // namespace lockstep::detail

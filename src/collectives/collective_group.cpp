@@ -449,8 +449,7 @@ void collective_group::check_fingerprints(std::size_t rank, const collective_fin
   std::vector<const collective_fingerprint*> by_rank;
   for (std::size_t r = 0; r < participants_; ++r)
     by_rank.push_back(&slots_[r].fingerprint);
-  auto error = mismatch_error(by_rank, rank_noun_,
-                              [this](std::size_t r) { return rank_name(r); }, tag_);
+  auto error = mismatch_error(by_rank, rank_noun_, tag_);
   finish(rank, mine.seq, deadline, outcome::mismatch);
   std::rethrow_exception(error);
 }

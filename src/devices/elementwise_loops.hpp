@@ -62,39 +62,37 @@ void in_float_blocks(T* x, std::int64_t count, Loop loop) {
   });
 }
 
-/// `accumulator[i] = accumulator[i] op x[i]` for i < count: + for SUM and
-/// MEAN (MEAN divides once, at the end), * for PROD. MIN and MAX keep the
-/// accumulator unless `x` compares strictly less (greater), so NaN and
-/// signed zeros come out the same in every kernel and collective.
+/// `accumulator op x`: + for SUM and MEAN (MEAN divides once, at the end),
+/// * for PROD. MIN and MAX keep the accumulator unless `x` compares
+/// strictly less (greater), so NaN and signed zeros come out the same in
+/// every kernel and collective.
 template <reduce_op Op, class T>
-void combine_loop(T* __restrict accumulator, const T* __restrict x, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    if constexpr (Op == reduce_op::sum || Op == reduce_op::mean)
-      accumulator[i] += x[i];
-    else if constexpr (Op == reduce_op::min)
-      accumulator[i] = x[i] < accumulator[i] ? x[i] : accumulator[i];
-    else if constexpr (Op == reduce_op::max)
-      accumulator[i] = accumulator[i] < x[i] ? x[i] : accumulator[i];
-    else
-      accumulator[i] *= x[i];
-  }
+constexpr T combined(T accumulator, T x) {
+  if constexpr (Op == reduce_op::sum || Op == reduce_op::mean)
+    return accumulator + x;
+  else if constexpr (Op == reduce_op::min)
+    return x < accumulator ? x : accumulator;
+  else if constexpr (Op == reduce_op::max)
+    return accumulator < x ? x : accumulator;
+  else
+    return accumulator * x;
 }
 
-/// `out[i] = a[i] op b[i]` for i < count: combine_loop with `a` as the
-/// accumulator, written to `out` (one pass instead of a copy and a combine).
+/// `accumulator[i] = combined(accumulator[i], x[i])` for i < count.
+template <reduce_op Op, class T>
+void combine_loop(T* __restrict accumulator, const T* __restrict x, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i)
+    accumulator[i] = combined<Op>(accumulator[i], x[i]);
+}
+
+/// `out[i] = combined(a[i], b[i])` for i < count: combine_loop with `a` as
+/// the accumulator, written to `out` (one pass instead of a copy and a
+/// combine).
 template <reduce_op Op, class T>
 void combine_into(T* __restrict out, const T* __restrict a, const T* __restrict b,
                   std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    if constexpr (Op == reduce_op::sum || Op == reduce_op::mean)
-      out[i] = a[i] + b[i];
-    else if constexpr (Op == reduce_op::min)
-      out[i] = b[i] < a[i] ? b[i] : a[i];
-    else if constexpr (Op == reduce_op::max)
-      out[i] = a[i] < b[i] ? b[i] : a[i];
-    else
-      out[i] = a[i] * b[i];
-  }
+  for (std::int64_t i = 0; i < count; ++i)
+    out[i] = combined<Op>(a[i], b[i]);
 }
 
 /// combine_loop of half types: computed in float, rounded once per element.

@@ -1,5 +1,7 @@
 #include "transport/tcp/frame.hpp"
 
+#include "transport/tcp/little_endian.hpp"
+
 #include <array>
 #include <string>
 
@@ -8,11 +10,8 @@ namespace lockstep::detail {
 void write_frame(tcp_socket& socket, std::uint32_t kind, std::span<const std::uint8_t> payload,
                  io_clock::time_point deadline) {
   std::array<std::uint8_t, frame_header_size> header{};
-  const std::uint64_t length = payload.size();
-  for (std::size_t i = 0; i < 4; ++i)
-    header[i] = static_cast<std::uint8_t>(kind >> (8 * i));
-  for (std::size_t i = 0; i < 8; ++i)
-    header[4 + i] = static_cast<std::uint8_t>(length >> (8 * i));
+  store_le(header.data(), kind);
+  store_le(header.data() + 4, std::uint64_t{payload.size()});
   write_all(socket, {header, payload}, deadline);
 }
 
@@ -20,11 +19,8 @@ frame read_frame(tcp_socket& socket, std::size_t max_payload, io_clock::time_poi
   std::array<std::uint8_t, frame_header_size> header{};
   read_exact(socket, header, deadline);
   frame result;
-  std::uint64_t length = 0;
-  for (std::size_t i = 0; i < 4; ++i)
-    result.kind |= static_cast<std::uint32_t>(header[i]) << (8 * i);
-  for (std::size_t i = 0; i < 8; ++i)
-    length |= static_cast<std::uint64_t>(header[4 + i]) << (8 * i);
+  result.kind = load_le<std::uint32_t>(header);
+  const auto length = load_le<std::uint64_t>(header, 4);
   if (length > max_payload)
     throw frame_too_large("a frame of " + std::to_string(length) + " bytes exceeds the limit of "
                           + std::to_string(max_payload));

@@ -1,5 +1,7 @@
 #include "transport/tcp/handshake.hpp"
 
+#include "transport/tcp/little_endian.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -14,20 +16,6 @@ namespace lockstep::detail {
 namespace {
 
 constexpr std::array<std::uint8_t, 4> magic{'L', 'K', 'S', 'T'};
-
-template <class T>
-void put(bytes& out, T value) {
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
-}
-
-template <class T>
-T get(std::span<const std::uint8_t> in, std::size_t at) {
-  T value = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    value |= static_cast<T>(static_cast<T>(in[at + i]) << (8 * i));
-  return value;
-}
 
 std::span<const std::uint8_t> text(std::string_view label) {
   return {reinterpret_cast<const std::uint8_t*>(label.data()), label.size()};
@@ -87,9 +75,9 @@ bytes client_handshake::hello() {
   const auto fresh = random_bytes(nonce_.size());
   std::copy(fresh.begin(), fresh.end(), nonce_.begin());
   bytes out(magic.begin(), magic.end());
-  put(out, handshake_protocol);
-  put(out, self_.generation);
-  put(out, self_.rank);
+  append_le(out, handshake_protocol);
+  append_le(out, self_.generation);
+  append_le(out, self_.rank);
   out.insert(out.end(), nonce_.begin(), nonce_.end());
   out.push_back(static_cast<std::uint8_t>(self_.job_id.size()));
   out.insert(out.end(), self_.job_id.begin(), self_.job_id.end());
@@ -105,7 +93,7 @@ bytes client_handshake::respond(std::span<const std::uint8_t> challenge) {
     throw handshake_refused("the server's proof of the token does not verify");
   handshake_nonce server_nonce{};
   std::copy_n(challenge.begin() + 4, server_nonce.size(), server_nonce.begin());
-  peer_ = {get<std::uint32_t>(challenge, 0), session_key(token_, nonce_, server_nonce)};
+  peer_ = {load_le<std::uint32_t>(challenge, 0), session_key(token_, nonce_, server_nonce)};
   const auto mac = hmac_sha256(token_, {text("C"), transcript_});
   return {mac.begin(), mac.end()};
 }
@@ -126,7 +114,7 @@ std::size_t server_handshake::job_id_length(std::span<const std::uint8_t> head) 
   if (head.size() != hello_head_size
       || !std::equal(magic.begin(), magic.end(), head.begin()))
     throw handshake_refused("the first bytes are no lockstep hello");
-  if (const auto protocol = get<std::uint16_t>(head, 4); protocol != handshake_protocol)
+  if (const auto protocol = load_le<std::uint16_t>(head, 4); protocol != handshake_protocol)
     throw handshake_refused("protocol " + std::to_string(protocol) + ", this node speaks "
                             + std::to_string(handshake_protocol));
   const std::size_t length = head[hello_head_size - 1];
@@ -142,17 +130,17 @@ bytes server_handshake::challenge(std::span<const std::uint8_t> head,
   const std::string_view job(reinterpret_cast<const char*>(job_id.data()), job_id.size());
   if (job != self_.job_id)
     throw handshake_refused("job id does not match this cluster's");
-  if (const auto generation = get<std::uint64_t>(head, 6); generation != self_.generation)
+  if (const auto generation = load_le<std::uint64_t>(head, 6); generation != self_.generation)
     throw handshake_refused("generation " + std::to_string(generation) + ", this cluster is at "
                             + std::to_string(self_.generation));
-  peer_.rank = get<std::uint32_t>(head, 14);
+  peer_.rank = load_le<std::uint32_t>(head, 14);
   std::copy_n(head.begin() + 18, client_nonce_.size(), client_nonce_.begin());
   const auto fresh = random_bytes(nonce_.size());
   std::copy(fresh.begin(), fresh.end(), nonce_.begin());
   transcript_.assign(head.begin(), head.end());
   transcript_.insert(transcript_.end(), job_id.begin(), job_id.end());
   bytes out;
-  put(out, self_.rank);
+  append_le(out, self_.rank);
   out.insert(out.end(), nonce_.begin(), nonce_.end());
   transcript_.insert(transcript_.end(), out.begin(), out.end());
   const auto mac = hmac_sha256(token_, {text("S"), transcript_});

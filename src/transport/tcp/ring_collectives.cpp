@@ -2,6 +2,7 @@
 
 #include "devices/elementwise_loops.hpp"
 #include "runtime/error_value.hpp"
+#include "transport/tcp/little_endian.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"
@@ -17,8 +18,7 @@ namespace {
 // -- fingerprints on the wire -------------------------------------------------------
 
 void put_u64(bytes& out, std::uint64_t value) {
-  for (std::size_t i = 0; i < 8; ++i)
-    out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
+  append_le(out, value);
 }
 
 void put_text(bytes& out, const std::string& text) {
@@ -33,9 +33,7 @@ struct reader {
 
   std::uint64_t u64() {
     need(8);
-    std::uint64_t value = 0;
-    for (std::size_t i = 0; i < 8; ++i)
-      value |= static_cast<std::uint64_t>(in[at + i]) << (8 * i);
+    const auto value = load_le<std::uint64_t>(in, at);
     at += 8;
     return value;
   }
@@ -100,12 +98,9 @@ collective_fingerprint decode(reader& r) {
 bytes exchange_record(ring_links& links, const bytes& out, io_clock::time_point deadline) {
   std::uint8_t length_out[8];
   std::uint8_t length_in[8];
-  for (std::size_t i = 0; i < 8; ++i)
-    length_out[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(out.size()) >> (8 * i));
+  store_le(length_out, std::uint64_t{out.size()});
   links.exchange(length_out, length_in, deadline);
-  std::uint64_t size = 0;
-  for (std::size_t i = 0; i < 8; ++i)
-    size |= static_cast<std::uint64_t>(length_in[i]) << (8 * i);
+  const auto size = load_le<std::uint64_t>(length_in);
   constexpr std::uint64_t max_record = 1 << 20;
   if (size > max_record)
     throw value_error("worker " + std::to_string(links.prev_rank()) + " sent a fingerprint of "
@@ -224,9 +219,7 @@ void ring_agree(ring_links& links, const collective_fingerprint& mine,
     same = same && f == issued[0];
   }
   if (!same)
-    std::rethrow_exception(mismatch_error(
-        by_rank, "worker", [](std::size_t r) { return "worker " + std::to_string(r); },
-        "workers"));
+    std::rethrow_exception(mismatch_error(by_rank, "worker", "workers"));
 }
 
 void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,

@@ -9,8 +9,6 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -22,29 +20,18 @@ std::string worker(std::size_t rank) {
   return "worker " + std::to_string(rank);
 }
 
-/// Throws for a failed read or write with `peer`; false when it would block.
-bool check(const boost::system::error_code& error, std::size_t peer) {
-  if (error == boost::asio::error::would_block)
-    return false;
-  if (error == boost::asio::error::eof)
-    throw connection_closed(worker(peer) + " closed its connection");
-  if (error)
-    throw connection_closed("the connection with " + worker(peer) + " failed: " + error.message());
-  return true;
-}
-
-/// One non-blocking write; the bytes sent, 0 when it would block.
+/// One non-blocking write to `peer`; the bytes sent, 0 when it would block.
 std::size_t send_some(tcp_socket& socket, std::span<const std::uint8_t> data, std::size_t peer) {
   boost::system::error_code error;
   const auto sent = socket.write_some(boost::asio::buffer(data.data(), data.size()), error);
-  return check(error, peer) ? sent : 0;
+  return moved_or_closed(sent, error, worker(peer));
 }
 
-/// One non-blocking read; the bytes received, 0 when it would block.
+/// One non-blocking read from `peer`; the bytes received, 0 when it would block.
 std::size_t receive_some(tcp_socket& socket, std::span<std::uint8_t> data, std::size_t peer) {
   boost::system::error_code error;
   const auto got = socket.read_some(boost::asio::buffer(data.data(), data.size()), error);
-  return check(error, peer) ? got : 0;
+  return moved_or_closed(got, error, worker(peer));
 }
 
 } // namespace
@@ -69,17 +56,13 @@ void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint
     }
     if (moved > 0)
       continue;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
-    if (left.count() <= 0)
+    pollfd fds[2] = {{next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
+                     {prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
+    if (!poll_until(fds, deadline))
       throw timeout_error(
         received < in.size()
           ? "no data came from " + worker(prev_rank()) + " before the deadline"
           : worker(next_rank()) + " did not take the data sent to it before the deadline");
-    pollfd fds[2] = {{next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
-                     {prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
-    if (::poll(fds, 2, static_cast<int>(std::min<long long>(left.count(), 1 << 30))) < 0
-        && errno != EINTR)
-      throw connection_closed(std::string("poll failed: ") + std::strerror(errno));
   }
 }
 
@@ -103,12 +86,9 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
         boost::system::error_code error;
         acceptor.accept(links.prev, error);
         if (error == boost::asio::error::would_block) {
-          const auto left =
-            std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
-          if (left.count() <= 0)
-            throw timeout_error(worker(links.prev_rank()) + " did not connect before the deadline");
           pollfd entry{acceptor.native_handle(), POLLIN, 0};
-          ::poll(&entry, 1, static_cast<int>(std::min<long long>(left.count(), 100)));
+          if (!poll_until({&entry, 1}, deadline))
+            throw timeout_error(worker(links.prev_rank()) + " did not connect before the deadline");
           continue;
         }
         if (error)

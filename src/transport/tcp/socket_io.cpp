@@ -19,23 +19,8 @@ namespace {
 
 /// Waits until the socket is readable (or writable); false at the deadline.
 bool wait_ready(tcp_socket& socket, short events, io_clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
-    if (left.count() <= 0)
-      return false;
-    pollfd entry{socket.native_handle(), events, 0};
-    const auto ready = ::poll(&entry, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)));
-    if (ready > 0)
-      return true; // readable, writable, or an error the next call reports
-    if (ready < 0 && errno != EINTR)
-      throw connection_closed(std::string("poll failed: ") + std::strerror(errno));
-  }
-}
-
-[[noreturn]] void closed(const boost::system::error_code& error) {
-  if (error == boost::asio::error::eof)
-    throw connection_closed("the peer closed the connection");
-  throw connection_closed("the connection failed: " + error.message());
+  pollfd entry{socket.native_handle(), events, 0};
+  return poll_until({&entry, 1}, deadline);
 }
 
 [[noreturn]] void late(const char* what) {
@@ -44,19 +29,43 @@ bool wait_ready(tcp_socket& socket, short events, io_clock::time_point deadline)
 
 } // namespace
 
+bool poll_until(std::span<pollfd> fds, io_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - io_clock::now());
+    if (left.count() <= 0)
+      return false;
+    const auto ready = ::poll(fds.data(), fds.size(),
+                              static_cast<int>(std::min<long long>(left.count(), 1 << 30)));
+    if (ready > 0)
+      return true; // readable, writable, or an error the next call reports
+    if (ready < 0 && errno != EINTR)
+      throw connection_closed(std::string("poll failed: ") + std::strerror(errno));
+  }
+}
+
+std::size_t moved_or_closed(std::size_t moved, const boost::system::error_code& error,
+                            std::string_view peer) {
+  if (error == boost::asio::error::would_block)
+    return 0;
+  if (error == boost::asio::error::eof)
+    throw connection_closed(std::string(peer) + " closed its connection");
+  if (error)
+    throw connection_closed("the connection with " + std::string(peer)
+                            + " failed: " + error.message());
+  return moved;
+}
+
 void read_exact(tcp_socket& socket, std::span<std::uint8_t> buffer, io_clock::time_point deadline) {
   socket.non_blocking(true);
   std::size_t done = 0;
   while (done < buffer.size()) {
     boost::system::error_code error;
-    done += socket.read_some(boost::asio::buffer(buffer.data() + done, buffer.size() - done),
-                             error);
-    if (error == boost::asio::error::would_block) {
-      if (!wait_ready(socket, POLLIN, deadline))
-        late("send");
-    } else if (error) {
-      closed(error);
-    }
+    const auto got = moved_or_closed(
+      socket.read_some(boost::asio::buffer(buffer.data() + done, buffer.size() - done), error),
+      error, "the peer");
+    done += got;
+    if (got == 0 && !wait_ready(socket, POLLIN, deadline))
+      late("send");
   }
 }
 
@@ -70,14 +79,13 @@ void write_all(tcp_socket& socket, std::initializer_list<std::span<const std::ui
   auto first = pending.begin();
   while (first != pending.end()) {
     boost::system::error_code error;
-    auto written = socket.write_some(std::span(first, pending.end()), error);
-    if (error == boost::asio::error::would_block) {
+    auto written =
+      moved_or_closed(socket.write_some(std::span(first, pending.end()), error), error, "the peer");
+    if (written == 0) {
       if (!wait_ready(socket, POLLOUT, deadline))
         late("read what was sent");
       continue;
     }
-    if (error)
-      closed(error);
     // Drop what went out: whole buffers, then the front of the next.
     while (first != pending.end() && written >= first->size()) {
       written -= first->size();

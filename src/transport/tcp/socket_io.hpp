@@ -7,11 +7,14 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include <poll.h>
+
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <stdexcept>
+#include <string_view>
 
 namespace lockstep::detail {
 
@@ -24,6 +27,18 @@ class connection_closed : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
+
+/// Waits in poll(2) until one of `fds` is ready (true) or `deadline`
+/// passes (false), resuming after signals. Throws connection_closed when
+/// poll itself fails.
+bool poll_until(std::span<pollfd> fds, io_clock::time_point deadline);
+
+/// What one non-blocking read or write on a connection with `peer` (for
+/// messages, e.g. "worker 2") did: the bytes it moved, 0 when it would
+/// have blocked. Throws connection_closed when the peer closed the
+/// connection or it failed.
+std::size_t moved_or_closed(std::size_t moved, const boost::system::error_code& error,
+                            std::string_view peer);
 
 /// Reads exactly `buffer.size()` bytes. Throws connection_closed, or
 /// lockstep::timeout_error when the deadline passes first.
