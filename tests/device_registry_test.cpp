@@ -33,17 +33,21 @@ namespace {
 
 std::atomic<int> allocations{0};
 std::atomic<int> frees{0};
+std::atomic<std::size_t> bytes_allocated{0};
+std::atomic<std::size_t> bytes_freed{0};
 std::atomic<int> copies_in{0};
 std::atomic<int> copies_out{0};
 std::atomic<int> adds{0};
 
 void* simulated_allocate(std::size_t bytes) {
   ++allocations;
+  bytes_allocated += bytes;
   return ::operator new(bytes, std::align_val_t{64});
 }
 
-void simulated_free(void* memory) noexcept {
+void simulated_free(void* memory, std::size_t bytes) noexcept {
   ++frees;
+  bytes_freed += bytes;
   ::operator delete(memory, std::align_val_t{64});
 }
 
@@ -151,6 +155,8 @@ TEST_CASE("registering a kind: CPU is refused, a second kind for a type is refus
 TEST_CASE("a tensor in memory the host cannot read: access is a device_error, to() copies back") {
   const int allocated_before = allocations;
   const int freed_before = frees;
+  const std::size_t bytes_allocated_before = bytes_allocated;
+  const std::size_t bytes_freed_before = bytes_freed;
   {
     simulated_registration registration;
     const auto host = tensor::from<float>({1.5f, -2.0f, 3.0f}, {3});
@@ -210,6 +216,7 @@ TEST_CASE("a tensor in memory the host cannot read: access is a device_error, to
   }
   // Every simulated buffer went back to the kind's allocator.
   CHECK(allocations - allocated_before == frees - freed_before);
+  CHECK(bytes_allocated - bytes_allocated_before == bytes_freed - bytes_freed_before);
   CHECK(allocations > allocated_before);
 }
 

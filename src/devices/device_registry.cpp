@@ -110,7 +110,7 @@ copy_function copy_between(const device_kind& from, const device_kind& to) {
 
 device_buffer allocate_buffer(const device_kind& kind, std::size_t bytes) {
   auto* memory = static_cast<std::byte*>(kind.allocate(bytes));
-  return {std::shared_ptr<std::byte>(memory, [free = kind.free](std::byte* p) { free(p); }),
+  return {std::shared_ptr<std::byte>(memory, [free = kind.free, bytes](std::byte* p) { free(p, bytes); }),
           bytes, kind, kind.host_accessible};
 }
 

@@ -66,8 +66,8 @@ struct device_kind {
   /// A buffer of `bytes` bytes (aligned for every dtype and for vector
   /// loads; host: 64 bytes). Throws std::bad_alloc or device_error.
   void* (*allocate)(std::size_t bytes) = nullptr;
-  /// Frees a buffer from `allocate`.
-  void (*free)(void* memory) noexcept = nullptr;
+  /// Frees a buffer from `allocate(bytes)`, given the same `bytes`.
+  void (*free)(void* memory, std::size_t bytes) noexcept = nullptr;
   /// Sets `bytes` bytes at `memory` to zero.
   void (*zero)(void* memory, std::size_t bytes) = nullptr;
   /// The executor that runs `device`'s work in order (host: a thread per

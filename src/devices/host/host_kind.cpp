@@ -1,4 +1,4 @@
-// The host device kind: host memory from the aligned operator new, the
+// The host device kind: host memory from the host pool, the
 // per-device executor thread, memcpy between host buffers (built into the
 // registry) and the host kernels. It serves CPU devices and, until the CUDA
 // kind exists, GPU-named devices too (host memory labelled GPU).
@@ -6,23 +6,20 @@
 #include "devices/device_executor.hpp"
 #include "devices/device_registry.hpp"
 #include "devices/host/host_kernels.hpp"
+#include "devices/host/host_pool.hpp"
 
 #include <cstring>
-#include <new>
 
 namespace lockstep::detail {
 
 namespace {
 
-// A cache line, and wide enough for every vector load on x86-64 and ARM.
-constexpr std::align_val_t host_alignment{64};
-
 void* host_allocate(std::size_t bytes) {
-  return ::operator new(bytes, host_alignment);
+  return host_pool::instance().allocate(bytes);
 }
 
-void host_free(void* memory) noexcept {
-  ::operator delete(memory, host_alignment);
+void host_free(void* memory, std::size_t bytes) noexcept {
+  host_pool::instance().free(memory, bytes);
 }
 
 void host_zero(void* memory, std::size_t bytes) {
