@@ -3,9 +3,9 @@
 // Host memory for tensor buffers of a page up to pooled_max bytes, kept
 // apart from the process's small heap objects. From glibc's heap, a 4 KiB
 // buffer sits between the tensor objects' own allocations (the shape, the
-// buffer's control block) and 1000 such buffers reduced as one batch took
-// about 1.7x the time of one 4 MiB buffer; the same buffers back to back,
-// away from the small objects, take about 1.2x (docs/algorithms.md).
+// buffer's control block), and an all-reduce of 1000 such buffers reached
+// half the bandwidth of one over a 4 MiB buffer; back to back, away from
+// the small objects, they reach about 0.8 of it (docs/algorithms.md).
 //
 // Sizes are rounded up to a class (a multiple of 4 KiB); a class's blocks
 // are carved from 2 MiB slabs, page-aligned, one after the other, and a
