@@ -91,6 +91,11 @@ protected:
   broadcast_implementation(const tensor& value,
                            const destinations& destination);
 
+  /// Worker processes the reductions span (TF's
+  /// `_num_between_graph_workers`); with more than one, even a single
+  /// component already on its destination is reduced with the others'.
+  virtual std::size_t num_between_graph_workers() const { return 1; }
+
 private:
   friend struct detail::cross_device_ops_access;
 

@@ -18,6 +18,7 @@
 #include "lockstep/input_context.hpp"
 #include "lockstep/mirrored_strategy.hpp"
 #include "lockstep/multi_step.hpp"
+#include "lockstep/multi_worker_mirrored_strategy.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/one_device_strategy.hpp"
 #include "lockstep/reduce_op.hpp"

@@ -148,7 +148,9 @@ public:
 
   /// Reduces a plain value with TF's `reduce_non_distributed_value` rules,
   /// read as "N replicas each hold this value": MEAN, MIN and MAX broadcast
-  /// it; SUM and PROD do so only with one replica, else value_error.
+  /// it; SUM and PROD do so only with one replica, else value_error. With
+  /// several workers, each worker's value is one component of a reduction
+  /// across the workers (TF's multi-worker strategy).
   mirrored<tensor> reduce_to(reduce_op op, const tensor& value,
                              const destinations& destination) const;
 
@@ -158,12 +160,20 @@ public:
   template <detail::scalar T>
   T reduce_to(reduce_op op, T value, const destinations& destination) const {
     check_reduce_non_distributed(destination);
+    if (spans_workers()) {
+      using storage = detail::scalar_storage_t<T>;
+      const auto reduced = reduce_to(op, tensor::scalar(static_cast<storage>(value)), destination);
+      return static_cast<T>(reduced.primary().template at<storage>(0));
+    }
     const bool fixed_point = value == T{0} || (op == reduce_op::prod && value == T{1});
     if (op == reduce_op::mean || op == reduce_op::min || op == reduce_op::max || fixed_point
         || num_replicas_in_sync() == 1)
       return value;
     detail::throw_non_distributed(op, std::to_string(value));
   }
+
+  /// True when the replicas are on several worker processes.
+  bool spans_workers() const noexcept;
 
   /// One `reduce_to` per pair, in order (a strategy may fuse them).
   std::vector<mirrored<tensor>>
@@ -525,6 +535,7 @@ private:
   // and reaches the state through detail::strategy_access.
   friend struct detail::strategy_access;
   friend class mirrored_strategy;
+  friend class multi_worker_mirrored_strategy;
   friend class one_device_strategy;
 
   explicit strategy(std::shared_ptr<detail::strategy_state> state) noexcept

@@ -61,7 +61,7 @@ mirrored<tensor> cross_device_ops::reduce(reduce_op op, const per_replica<tensor
   validate(destination);
   validate(value);
   // TF's shortcut: one component already where it should be.
-  if (value.size() == 1 && destination.devices().size() == 1
+  if (num_between_graph_workers() == 1 && value.size() == 1 && destination.devices().size() == 1
       && destination.devices()[0] == value.primary().device())
     return mirrored<tensor>{value.values()};
   return reduce_implementation(op, value, destination);

@@ -5,6 +5,7 @@
 
 #include "actors/coordinator.hpp"
 #include "runtime/error_text.hpp"
+#include "strategies/mirrored_devices.hpp"
 #include "strategies/strategy_state.hpp"
 
 #include "lockstep/config.hpp"
@@ -87,8 +88,11 @@ void check_remote_devices(const std::vector<device_spec>& devices) {
                       "is not supported.");
 }
 
-std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devices,
-                                                   mirrored_options options) {
+} // namespace
+
+namespace detail {
+
+std::vector<device_spec> mirrored_devices(std::vector<device_spec> devices) {
   if (devices.empty())
     devices = default_devices();
   const auto requested = devices;
@@ -104,6 +108,29 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
     throw value_error("mirrored_strategy runs at most " + std::to_string(max_mirrored_replicas)
                       + " replicas (max_mirrored_replicas), got " + std::to_string(devices.size())
                       + " devices");
+  return devices;
+}
+
+std::string joined_device_names(const std::vector<device_spec>& devices) {
+  return joined_devices(devices);
+}
+
+void start_replicas(strategy_state& state) {
+  state.collectives = cross_device_ops_access::of(*state.ops, state.devices, state.name());
+  auto coordinator = std::make_unique<actors::coordinator>(state);
+  const auto failure = coordinator->start_failure();
+  state.executor = std::move(coordinator); // stopped (or kept) with the state
+  if (!failure.empty())
+    throw resource_error(failure);
+}
+
+} // namespace detail
+
+namespace {
+
+std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devices,
+                                                   mirrored_options options) {
+  devices = detail::mirrored_devices(std::move(devices));
   const auto timeout = detail::checked_timeout(
     options.timeout.value_or(get_runtime_options().timeout), "mirrored_strategy");
   auto ops = options.cross_device_ops ? std::move(options.cross_device_ops)
@@ -111,13 +138,7 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
   auto name = "mirrored_strategy(" + joined_devices(devices) + ")";
   auto state = detail::strategy_state::create(std::move(name), {.local_devices = std::move(devices)},
                                               true, std::move(ops), timeout);
-  state->collectives = detail::cross_device_ops_access::of(*state->ops, state->devices,
-                                                           state->name());
-  auto coordinator = std::make_unique<actors::coordinator>(*state);
-  const auto failure = coordinator->start_failure();
-  state->executor = std::move(coordinator); // stopped (or kept) with the state
-  if (!failure.empty())
-    throw resource_error(failure);
+  detail::start_replicas(*state);
   return state;
 }
 

@@ -170,15 +170,24 @@ mirrored<tensor> strategy_extended::reduce_to(reduce_op op,
                                               const per_replica<tensor>& value,
                                               const destinations& destination) const {
   detail::require_cross_replica_or_default_context(*state_);
-  // TF's regroup would have collapsed it into a plain value.
-  if (value.is_single())
+  // TF's regroup would have collapsed it into a plain value. Across
+  // workers every component counts (TF's CollectiveAllReduceExtended).
+  if (value.is_single() && !spans_workers())
     return reduce_to(op, value.primary(), destination);
   return state_->ops->reduce(op, value, destination);
+}
+
+bool strategy_extended::spans_workers() const noexcept {
+  return state_->topology.workers > 1;
 }
 
 mirrored<tensor> strategy_extended::reduce_to(reduce_op op, const tensor& value,
                                               const destinations& destination) const {
   check_reduce_non_distributed(destination);
+  // Across workers, each worker's value is reduced with the others' (as
+  // TF's multi-worker strategy does), as one component per worker.
+  if (spans_workers())
+    return state_->ops->reduce(op, per_replica<tensor>{std::vector<tensor>{value}}, destination);
   // N copies of the value: its MEAN, MIN and MAX are the value itself.
   if ((op == reduce_op::sum || op == reduce_op::prod) && num_replicas_in_sync() != 1)
     detail::throw_non_distributed(op, describe(value));
@@ -219,10 +228,12 @@ const std::vector<device_spec>& strategy_extended::parameter_devices() const {
   return state_->devices;
 }
 
-// Single-process strategies: in-graph, every worker initialises, saves and
-// writes summaries (TF's Mirrored/OneDevice/default values).
+// TF's rules: single-process strategies are in-graph and their one worker
+// initialises, saves and writes summaries; with several workers the
+// strategy is between-graph, every worker initialises, and only the chief
+// saves checkpoints and summaries.
 bool strategy_extended::experimental_between_graph() const noexcept {
-  return false;
+  return state_->topology.workers > 1;
 }
 
 bool strategy_extended::experimental_should_init() const noexcept {
@@ -230,11 +241,11 @@ bool strategy_extended::experimental_should_init() const noexcept {
 }
 
 bool strategy_extended::should_checkpoint() const noexcept {
-  return true;
+  return state_->topology.is_chief;
 }
 
 bool strategy_extended::should_save_summary() const noexcept {
-  return true;
+  return state_->topology.is_chief;
 }
 
 cross_device_ops& strategy_extended::cross_device_ops() const {

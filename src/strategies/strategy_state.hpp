@@ -15,6 +15,7 @@
 #include <any>
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <chrono>
 #include <cstdint>
@@ -129,6 +130,14 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// by `ops` (cross_device_ops::replica_collectives); no communicator: it
   /// goes through merge_call.
   detail::replica_collectives collectives;
+
+  /// Multi-worker: a new distributed variable's initial value, as the
+  /// chief's (broadcast from it, matched by name); null in one process.
+  std::function<tensor(const tensor& initial, const std::string& name)> initial_value_from_chief;
+
+  /// Multi-worker: this process's cluster connections (node/cluster_node),
+  /// kept while the strategy lives and closed after its replicas stop.
+  std::shared_ptr<void> cluster;
 
   /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;

@@ -20,6 +20,8 @@ struct topology {
   std::size_t workers = 1;
   /// This process's index among them (TF's task id).
   std::size_t worker_index = 0;
+  /// TF's is_chief: this worker saves checkpoints and summaries.
+  bool is_chief = true;
   /// This worker's devices, one replica each; none: one replica on the
   /// calling thread's current device (the default strategy).
   std::vector<device_spec> local_devices;

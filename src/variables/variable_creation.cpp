@@ -98,6 +98,9 @@ variable make_distributed(strategy_state& strategy, const std::string& name,
   // colocate_vars_with only accepts variables of this strategy, whose
   // copies are on the strategy's devices, so copy i stays replica i's.
   const auto& devices = colocations.empty() ? strategy.devices : colocations.back();
+  if (strategy.initial_value_from_chief) // every worker starts from the chief's value
+    return make_variable(strategy, kind, name, strategy.initial_value_from_chief(initial, name),
+                         options, devices);
   return make_variable(strategy, kind, name, initial, options, devices);
 }
 

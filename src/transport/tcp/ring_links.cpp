@@ -12,6 +12,8 @@
 #include <exception>
 #include <thread>
 
+#include <sys/socket.h>
+
 namespace lockstep::detail {
 
 namespace {
@@ -72,6 +74,12 @@ void ring_links::close() noexcept {
   prev.close(ignored);
 }
 
+void ring_links::shut_down() noexcept {
+  for (auto* socket : {&next, &prev})
+    if (socket->is_open())
+      ::shutdown(socket->native_handle(), SHUT_RDWR);
+}
+
 void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
                   const boost::asio::ip::tcp::endpoint& next_address,
                   std::span<const std::uint8_t> token, const handshake_identity& self,
@@ -109,25 +117,12 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   });
   std::exception_ptr connect_failure;
   try {
-    auto backoff = std::chrono::milliseconds{10};
-    for (;;) {
-      boost::system::error_code error;
-      links.next.connect(next_address, error);
-      if (!error)
-        break;
-      links.next.close();
-      if (io_clock::now() + backoff >= deadline)
-        throw timeout_error(worker(links.next_rank()) + " at " + next_address.address().to_string()
-                            + ":" + std::to_string(next_address.port())
-                            + " did not accept a connection before the deadline");
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds{1000});
-    }
+    const auto address =
+      next_address.address().to_string() + ":" + std::to_string(next_address.port());
+    dial(links.next, next_address, worker(links.next_rank()) + " at " + address, deadline);
     // Small records (lengths, fingerprints) must not wait for Nagle's
     // delayed acknowledgements (network.md §1.5: 88 ms a round trip).
     links.next.set_option(boost::asio::ip::tcp::no_delay(true));
-    const auto address =
-      next_address.address().to_string() + ":" + std::to_string(next_address.port());
     const auto peer = authenticate_client(links.next, token, self, address, deadline);
     if (peer.rank != links.next_rank())
       throw authentication_error("the worker at " + address + " is rank "

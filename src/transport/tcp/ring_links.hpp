@@ -36,6 +36,10 @@ struct ring_links {
   /// Closes both connections, so that the neighbours' exchanges fail at
   /// once instead of at their deadlines.
   void close() noexcept;
+  /// Shuts both connections down (shutdown(2)) without touching the socket
+  /// objects, so another thread may call it while one exchanges: the
+  /// exchange and the neighbours' fail at once.
+  void shut_down() noexcept;
 };
 
 /// Connects `links` (rank, world and two unconnected sockets on one

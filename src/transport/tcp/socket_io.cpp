@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace lockstep::detail {
@@ -53,6 +54,23 @@ std::size_t moved_or_closed(std::size_t moved, const boost::system::error_code& 
     throw connection_closed("the connection with " + std::string(peer)
                             + " failed: " + error.message());
   return moved;
+}
+
+void dial(tcp_socket& socket, const boost::asio::ip::tcp::endpoint& address,
+          std::string_view peer, io_clock::time_point deadline) {
+  auto pause = std::chrono::milliseconds{10};
+  for (;;) {
+    boost::system::error_code error;
+    socket.connect(address, error);
+    if (!error)
+      return;
+    socket.close();
+    if (io_clock::now() + pause >= deadline)
+      throw timeout_error(std::string(peer) + " did not accept a connection before the deadline ("
+                          + error.message() + ")");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds{1000});
+  }
 }
 
 void read_exact(tcp_socket& socket, std::span<std::uint8_t> buffer, io_clock::time_point deadline) {

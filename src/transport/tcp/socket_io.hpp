@@ -40,6 +40,13 @@ bool poll_until(std::span<pollfd> fds, io_clock::time_point deadline);
 std::size_t moved_or_closed(std::size_t moved, const boost::system::error_code& error,
                             std::string_view peer);
 
+/// Connects `socket` to `address`, retrying with a growing pause (10 ms
+/// to 1 s) while nobody listens there yet, until the deadline. Throws
+/// lockstep::timeout_error naming `peer` (e.g. "worker 2 at
+/// 10.0.0.2:8888") when the deadline passes first.
+void dial(tcp_socket& socket, const boost::asio::ip::tcp::endpoint& address,
+          std::string_view peer, io_clock::time_point deadline);
+
 /// Reads exactly `buffer.size()` bytes. Throws connection_closed, or
 /// lockstep::timeout_error when the deadline passes first.
 void read_exact(tcp_socket& socket, std::span<std::uint8_t> buffer, io_clock::time_point deadline);

@@ -24,7 +24,24 @@ std::span<const std::uint8_t> bytes_of(const tensor& t) {
 
 } // namespace
 
-tcp_ring_communicator::tcp_ring_communicator(ring_links links) : links_(std::move(links)) {}
+tcp_ring_communicator::tcp_ring_communicator(ring_links links,
+                                             std::shared_ptr<boost::asio::io_context> context)
+  : context_(std::move(context)), links_(std::move(links)) {}
+
+void tcp_ring_communicator::break_ring(const std::string& why) noexcept {
+  {
+    std::lock_guard lock{mutex_};
+    if (broken_.empty())
+      broken_ = why;
+  }
+  explained_.notify_all();
+  links_.shut_down();
+}
+
+void tcp_ring_communicator::await_explanations(std::chrono::milliseconds grace) noexcept {
+  std::lock_guard lock{mutex_};
+  grace_ = grace;
+}
 
 std::string tcp_ring_communicator::name() const {
   return "tcp_ring";
@@ -65,14 +82,19 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
       records_.pop_front();
   };
   const auto broke = [&](const std::string& why) {
-    links_.close(); // the neighbours fail at once instead of at their deadlines
+    links_.shut_down(); // the neighbours fail at once instead of at their deadlines
+    std::string reason;
     {
-      std::lock_guard lock{mutex_};
-      broken_ = "the ring of workers is broken at worker " + std::to_string(links_.rank) + " ("
-                + f.to_string() + "): " + why;
+      // A loss the node reports (break_ring) names the lost worker.
+      std::unique_lock lock{mutex_};
+      explained_.wait_for(lock, grace_, [&] { return !broken_.empty(); });
+      if (broken_.empty())
+        broken_ = "the ring of workers is broken at worker " + std::to_string(links_.rank) + " ("
+                  + f.to_string() + "): " + why;
+      reason = broken_;
     }
     record("ring broken");
-    throw peer_lost_error(broken_);
+    throw peer_lost_error(reason);
   };
   const auto deadline = io_clock::now() + options.timeout;
   try {

@@ -13,7 +13,12 @@
 // happened (TF's multi-worker strategy fails fast the same way; restarts
 // are the launcher's).
 
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -25,7 +30,22 @@ namespace lockstep::detail {
 
 class tcp_ring_communicator final : public communicator, private collective_session {
 public:
-  explicit tcp_ring_communicator(ring_links links);
+  /// `context`: the io_context of the links' sockets, kept alive as long
+  /// as they are (null when the caller outlives the communicator).
+  explicit tcp_ring_communicator(ring_links links,
+                                 std::shared_ptr<boost::asio::io_context> context = nullptr);
+
+  /// Breaks the ring from another thread (a peer was lost, `why` names
+  /// it): the collective in progress and every later one throw
+  /// peer_lost_error(why), here and, through the closed links, on the
+  /// neighbours.
+  void break_ring(const std::string& why) noexcept;
+
+  /// When a link fails, wait up to `grace` for break_ring to say why (the
+  /// node learns which worker was lost on its control connections about
+  /// as fast as the ring sees a neighbour close), so the error names the
+  /// lost worker rather than the neighbour that closed its link.
+  void await_explanations(std::chrono::milliseconds grace) noexcept;
 
   std::string name() const override;
   std::size_t size() const noexcept override;
@@ -60,6 +80,7 @@ private:
 
   void check_rank(std::size_t rank) const;
 
+  std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
   ring_links links_;
   mutable std::mutex mutex_; // guards what other threads read: the fields below
   std::uint64_t last_seq_ = 0;
@@ -67,6 +88,8 @@ private:
   std::exception_ptr cancel_reason_;
   std::uint64_t running_ = 0; // the collective in progress, 0 for none
   std::string broken_;        // why the ring broke; empty while it works
+  std::condition_variable explained_; // notified when broken_ is set
+  std::chrono::milliseconds grace_{0};
   std::deque<std::string> records_; // the flight recorder, oldest first
 };
 

@@ -1,0 +1,81 @@
+#include "node/cluster_node.hpp"
+
+#include "node/peer_monitor.hpp"
+#include "node/rendezvous.hpp"
+#include "runtime/log.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <algorithm>
+
+namespace lockstep::detail {
+
+namespace {
+
+namespace asio = boost::asio;
+
+asio::ip::tcp::acceptor listen_at(asio::io_context& context, const std::string& host,
+                                  std::uint16_t port, const char* what) {
+  // A host name (TF_CONFIG's "worker-1.svc:2222") names this machine: listen
+  // on all its addresses, as TF's server does.
+  boost::system::error_code error;
+  auto address = asio::ip::make_address(host, error);
+  if (error)
+    address = asio::ip::address_v4::any();
+  asio::ip::tcp::acceptor acceptor(context);
+  const asio::ip::tcp::endpoint endpoint{address, port};
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(asio::socket_base::reuse_address(true));
+  acceptor.bind(endpoint, error);
+  if (error)
+    throw resource_error(std::string("cluster: cannot listen for ") + what + " at " + host + ":"
+                         + std::to_string(port) + ": " + error.message());
+  acceptor.listen();
+  return acceptor;
+}
+
+} // namespace
+
+cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_settings& settings)
+  : context_(std::make_shared<asio::io_context>()) {
+  const auto rank = spec.rank;
+  const bool coordinator = rank == 0;
+  const auto coordinator_port = spec.coordinator ? spec.coordinator->port : 0;
+  const auto data_port =
+    coordinator && spec.listen.port == coordinator_port ? std::uint16_t{0} : spec.listen.port;
+  auto data = listen_at(*context_, spec.listen.host, data_port, "ring connections");
+  rendezvous_settings rendezvous{spec, token, settings.local_replicas,
+                                 settings.config_fingerprint,
+                                 {spec.listen.host, data.local_endpoint().port()},
+                                 settings.join_timeout};
+  rendezvous_result joined;
+  if (coordinator) {
+    auto control = listen_at(*context_, spec.listen.host, coordinator_port, "control connections");
+    joined = coordinate_rendezvous(control, rendezvous);
+  } else {
+    joined = join_rendezvous(*context_, rendezvous);
+  }
+  membership_ = std::move(joined.membership);
+  const auto& next = membership_.members[(rank + 1) % spec.world_size];
+  const auto next_address = resolve_endpoint(*context_, next.host, next.port,
+                                             "worker " + std::to_string(next.rank) + "'s address");
+  ring_links links{rank, spec.world_size, tcp_socket(*context_), tcp_socket(*context_)};
+  connect_ring(links, data, next_address, token,
+               {spec.job_id, 0, static_cast<std::uint32_t>(rank)},
+               io_clock::now() + settings.join_timeout);
+  ring_ = std::make_shared<tcp_ring_communicator>(std::move(links), context_);
+  // A killed worker's neighbours see its links close about when the
+  // coordinator's word of the loss arrives: give that word a moment.
+  ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
+  monitor_ = std::make_unique<peer_monitor>(
+    rank, std::move(joined.control),
+    peer_monitor_settings{settings.heartbeat_interval, settings.peer_timeout},
+    [ring = ring_](const std::string& why) { ring->break_ring(why); });
+  LOCKSTEP_LOG_INFO("worker {} of {} joined job '{}'", rank, spec.world_size, spec.job_id);
+}
+
+cluster_node::~cluster_node() = default;
+
+} // namespace lockstep::detail

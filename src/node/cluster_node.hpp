@@ -1,0 +1,62 @@
+#pragma once
+
+// cluster_node: this process's place in a multi-worker job, made once by
+// multi_worker_mirrored_strategy: the rendezvous at rank 0 (rendezvous.hpp),
+// the ring of data connections between the workers (the leaders' stage of
+// every collective, tcp_ring_communicator.hpp) and the heartbeats on the
+// control connections (peer_monitor.hpp), which break the ring when a peer
+// is lost so that every pending and later collective raises
+// peer_lost_error naming it.
+//
+// Listeners: rank 0 accepts control connections at the coordinator
+// address; every rank accepts its ring connection at its listen address
+// (an ephemeral port where that port is 0 or the coordinator's own).
+
+#include "transport/tcp/handshake.hpp"
+#include "transport/tcp/tcp_ring_communicator.hpp"
+
+#include "actors/wire_messages.hpp"
+#include "lockstep/cluster_resolver.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace lockstep::detail {
+
+class peer_monitor;
+
+struct node_settings {
+  std::uint32_t local_replicas = 1;
+  std::uint64_t config_fingerprint = 0;
+  std::chrono::milliseconds join_timeout{std::chrono::seconds{300}};
+  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds{1}};
+  std::chrono::milliseconds peer_timeout{std::chrono::seconds{10}};
+};
+
+class cluster_node {
+public:
+  /// Joins the cluster of `spec` (world_size > 1) with `token`. Throws what
+  /// the rendezvous and connect_ring throw.
+  cluster_node(const cluster_spec& spec, bytes token, const node_settings& settings);
+  ~cluster_node();
+
+  cluster_node(const cluster_node&) = delete;
+  cluster_node& operator=(const cluster_node&) = delete;
+
+  const actors::membership& membership() const noexcept { return membership_; }
+
+  /// The collective between the workers, one rank per process.
+  const std::shared_ptr<tcp_ring_communicator>& ring() const noexcept { return ring_; }
+
+private:
+  // Shared with the ring, whose sockets may outlive this node.
+  std::shared_ptr<boost::asio::io_context> context_;
+  actors::membership membership_;
+  std::shared_ptr<tcp_ring_communicator> ring_;
+  std::unique_ptr<peer_monitor> monitor_;
+};
+
+} // namespace lockstep::detail

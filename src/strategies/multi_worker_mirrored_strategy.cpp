@@ -1,0 +1,135 @@
+// multi_worker_mirrored_strategy: the cluster from the resolver, this
+// worker's devices, the node (rendezvous, ring, heartbeats) and the
+// cross_device_ops that span the workers (cluster_all_reduce).
+
+#include "lockstep/multi_worker_mirrored_strategy.hpp"
+
+#include "cluster/cluster_token.hpp"
+#include "cross_device_ops/cluster_all_reduce.hpp"
+#include "node/cluster_node.hpp"
+#include "runtime/log.hpp"
+#include "strategies/mirrored_devices.hpp"
+#include "strategies/strategy_state.hpp"
+
+#include "lockstep/error.hpp"
+#include "lockstep/mirrored_strategy.hpp"
+#include "lockstep/runtime_options.hpp"
+#include "lockstep/version.hpp"
+
+#include <openssl/sha.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+namespace lockstep {
+
+namespace {
+
+/// What must agree between workers: lockstep's version, the wire protocol
+/// and the replicas per worker.
+std::uint64_t config_fingerprint(std::size_t local_replicas) {
+  return std::hash<std::string>{}(std::string(version) + "/"
+                                  + std::to_string(actors::wire_protocol_version) + "/"
+                                  + std::to_string(local_replicas));
+}
+
+/// The token of the environment, or on one host without one, a key made
+/// from the job id: the listeners then stay on loopback, so other hosts
+/// cannot reach them (other users of this host can; give a token to keep
+/// them out too). require_token refuses a cluster across hosts without one.
+detail::bytes cluster_key(cluster_spec& spec) {
+  const auto token = detail::load_cluster_token(cluster_resolver::process_environment());
+  detail::require_token(spec, token);
+  if (token)
+    return *token;
+  LOCKSTEP_LOG_INFO("cluster: no token; one host, so listening on loopback only");
+  spec.listen.host = "127.0.0.1";
+  const auto text = "lockstep single-host key/" + spec.job_id;
+  detail::bytes key(SHA256_DIGEST_LENGTH);
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), key.data());
+  return key;
+}
+
+/// The devices given, else LOCKSTEP_REPLICAS_PER_WORKER CPU devices
+/// (lockstep-run --replicas-per-worker sets it), else mirrored_strategy's
+/// default.
+std::vector<device_spec> local_devices(const multi_worker_options& options) {
+  if (!options.local_devices.empty())
+    return detail::mirrored_devices(options.local_devices);
+  const char* text = std::getenv("LOCKSTEP_REPLICAS_PER_WORKER");
+  if (text == nullptr || *text == '\0')
+    return detail::mirrored_devices({});
+  char* end = nullptr;
+  errno = 0;
+  const auto count = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || count < 1
+      || static_cast<std::size_t>(count) > max_mirrored_replicas)
+    throw value_error("LOCKSTEP_REPLICAS_PER_WORKER must be a whole number from 1 to "
+                      + std::to_string(max_mirrored_replicas) + ", got '" + text + "'");
+  return detail::mirrored_devices(cpu_devices(static_cast<int>(count)));
+}
+
+std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
+                                                   const multi_worker_options& options) {
+  auto devices = local_devices(options);
+  const auto timeout = detail::checked_timeout(
+    options.timeout.value_or(get_runtime_options().timeout), "multi_worker_mirrored_strategy");
+  auto spec = given;
+  const bool alone = spec.world_size <= 1 || spec.is_evaluator();
+  detail::topology topology{.workers = alone ? 1 : spec.world_size,
+                            .worker_index = alone ? 0 : spec.rank,
+                            .is_chief = spec.is_chief(),
+                            .local_devices = devices};
+  auto name = "multi_worker_mirrored_strategy(worker " + std::to_string(topology.worker_index)
+              + " of " + std::to_string(topology.workers) + ": "
+              + detail::joined_device_names(devices) + ")";
+  if (alone) {
+    auto state = detail::strategy_state::create(std::move(name), std::move(topology), true,
+                                                choose_the_best(devices), timeout);
+    detail::start_replicas(*state);
+    return state;
+  }
+  const auto key = cluster_key(spec);
+  detail::node_settings settings{.local_replicas = static_cast<std::uint32_t>(devices.size()),
+                                 .config_fingerprint = config_fingerprint(devices.size()),
+                                 .join_timeout = options.join_timeout,
+                                 .heartbeat_interval = options.heartbeat_interval,
+                                 .peer_timeout = options.peer_timeout};
+  auto node = std::make_shared<detail::cluster_node>(spec, key, settings);
+  const auto ring = node->ring();
+  const auto worker = spec.rank;
+  auto ops = std::make_shared<detail::cluster_all_reduce>(ring, worker, timeout);
+  auto state = detail::strategy_state::create(std::move(name), std::move(topology), true,
+                                              std::move(ops), timeout);
+  state->cluster = std::move(node);
+  state->initial_value_from_chief = [ring, worker, timeout](const tensor& initial,
+                                                            const std::string& variable) {
+    auto value = initial.to(initial.device()); // a buffer of its own to receive into
+    detail::collective_options options;
+    options.timeout = timeout;
+    options.tag = "initial value of variable '" + variable + "'";
+    ring->broadcast(worker, 0, {&value, 1}, options);
+    return value;
+  };
+  detail::start_replicas(*state);
+  return state;
+}
+
+} // namespace
+
+multi_worker_mirrored_strategy::multi_worker_mirrored_strategy(const cluster_resolver& resolver,
+                                                               multi_worker_options options)
+  : strategy(make_state(resolver.spec(), options)),
+    cluster_(std::make_shared<const cluster_spec>(resolver.spec())) {}
+
+const cluster_spec& multi_worker_mirrored_strategy::cluster() const noexcept {
+  return *cluster_;
+}
+
+bool multi_worker_mirrored_strategy::is_chief() const noexcept {
+  return cluster_->is_chief();
+}
+
+} // namespace lockstep

@@ -1,0 +1,232 @@
+// One worker of the multi-worker tests (tests/multi_worker_test.cpp starts
+// several, each with TF_CONFIG and a token): a multi_worker_mirrored_strategy
+// and one scenario, checked against closed forms. Exits 0 when the
+// scenario went as expected, 1 (with a message on stderr) otherwise.
+//
+//   collectives   every reduce op x dtype x size on the replica path and
+//                 the cross-replica path, a merge_call, a batch of mixed
+//                 dtypes, a variable whose initial value is the chief's
+//   mismatch      worker 1 passes another shape: every worker gets an
+//                 error naming what each issued, then the group still works
+//   lost kill|stop  the last worker dies (SIGKILL) or freezes (SIGSTOP)
+//                 before a collective: every other raises peer_lost_error
+//                 naming it
+//   refused       (worker 1 is given other replicas per worker) worker 1
+//                 is refused naming the field; the coordinator's join
+//                 times out naming worker 1
+
+#include "lockstep/lockstep.hpp"
+
+#include "reduce_values.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace lockstep;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::size_t rank_of(const multi_worker_mirrored_strategy& s) {
+  return s.cluster().rank;
+}
+
+void require(bool condition, const std::string& what) {
+  if (!condition)
+    throw std::runtime_error("check failed: " + what);
+}
+
+multi_worker_options test_options(std::chrono::milliseconds join = 30s) {
+  multi_worker_options o;
+  o.timeout = 30s;
+  o.join_timeout = join;
+  o.peer_timeout = 2s;
+  o.heartbeat_interval = 200ms;
+  return o;
+}
+
+/// Replica `g`'s input for `op`, of `n` elements of `type`.
+tensor input(reduce_op op, dtype type, std::size_t g, std::size_t n, const device_spec& device) {
+  auto t = tensor::zeros(type, {static_cast<std::int64_t>(n)}, device);
+  visit_dtype(type, [&]<class T>(T) {
+    auto data = t.data<T>();
+    for (std::size_t i = 0; i < n; ++i)
+      data[i] = static_cast<T>(input_value(op, g, i));
+  });
+  return t;
+}
+
+void check(const tensor& t, reduce_op op, std::size_t replicas, std::size_t n,
+           const std::string& what) {
+  require(static_cast<std::size_t>(t.num_elements()) == n, what + ": element count");
+  visit_dtype(t.dtype(), [&]<class T>(T) {
+    const auto data = t.data<T>();
+    for (std::size_t i = 0; i < n; ++i)
+      if (data[i] != expected_value<T>(op, replicas, i))
+        throw std::runtime_error(what + ": element " + std::to_string(i) + " is "
+                                 + std::to_string(static_cast<double>(data[i])) + ", expected "
+                                 + std::to_string(static_cast<double>(
+                                   expected_value<T>(op, replicas, i))));
+  });
+}
+
+void collectives(multi_worker_mirrored_strategy& s) {
+  const auto workers = s.cluster().world_size;
+  const auto replicas = s.num_replicas_in_sync();
+  const auto local = s.extended().worker_devices().size();
+  require(replicas == workers * local, "num_replicas_in_sync counts every worker's replicas");
+  require(s.is_chief() == (rank_of(s) == 0), "is_chief");
+  require(s.extended().should_checkpoint() == s.is_chief(), "should_checkpoint");
+  require(s.extended().experimental_between_graph() == (workers > 1), "between-graph");
+  const auto ids = s.run([](replica_context& ctx) { return ctx.replica_id_in_sync_group(); });
+  for (std::size_t r = 0; r < local; ++r)
+    require(ids[r] == rank_of(s) * local + r, "global replica ids");
+
+  const std::size_t sizes[] = {0, 1, 2 * replicas + 1, 100003};
+  for (const auto type : {dtype::f32, dtype::f64, dtype::i32, dtype::i64})
+    for (const auto op : {reduce_op::sum, reduce_op::mean, reduce_op::min, reduce_op::max,
+                          reduce_op::prod})
+      for (const auto n : sizes) {
+        const auto what = std::string(to_string(op)) + " of " + std::to_string(n) + " "
+                          + std::string(to_string(type));
+        const auto results = s.run([&](replica_context& ctx) {
+          const auto g = ctx.replica_id_in_sync_group();
+          return ctx.all_reduce(op, input(op, type, g, n, current_device()));
+        });
+        for (const auto& t : results.values())
+          check(t, op, replicas, n, "replica all_reduce, " + what);
+        const auto parts = s.run([&](replica_context& ctx) {
+          return input(op, type, ctx.replica_id_in_sync_group(), n, current_device());
+        });
+        check(s.reduce(op, parts), op, replicas, n, "strategy.reduce, " + what);
+      }
+
+  // A merge function runs once per worker; its reduction spans the cluster.
+  const auto merged = s.run([&](replica_context& ctx) {
+    const auto mine = input(reduce_op::sum, dtype::f32, ctx.replica_id_in_sync_group(), 5,
+                            current_device());
+    return ctx.merge_call(
+      [](strategy& st, const per_replica<tensor>& v) {
+        return st.extended().reduce_to(reduce_op::sum, v, v).primary().to(cpu_device(0));
+      },
+      mine);
+  });
+  for (const auto& t : merged.values())
+    check(t, reduce_op::sum, replicas, 5, "reduce_to in a merge function");
+
+  // A batch of mixed dtypes, packed.
+  const auto batches = s.run([&](replica_context& ctx) {
+    const auto g = ctx.replica_id_in_sync_group();
+    return ctx.all_reduce(reduce_op::sum,
+                          std::vector<tensor>{input(reduce_op::sum, dtype::f32, g, 3, current_device()),
+                                              input(reduce_op::sum, dtype::i64, g, 4, current_device()),
+                                              input(reduce_op::sum, dtype::f32, g, 2, current_device())});
+  });
+  for (const auto& batch : batches.values()) {
+    check(batch.at(0), reduce_op::sum, replicas, 3, "batch tensor 0");
+    check(batch.at(1), reduce_op::sum, replicas, 4, "batch tensor 1");
+    check(batch.at(2), reduce_op::sum, replicas, 2, "batch tensor 2");
+  }
+
+  // Every worker asks for another initial value; all get the chief's.
+  auto scope = s.scope();
+  variable v(tensor::scalar(100.0f + static_cast<float>(rank_of(s))), {.name = "v"});
+  for (const auto& copy : v.values())
+    require(copy.value().at<float>(0) == 100.0f, "variable initial value from the chief");
+  std::printf("ok collectives: %zu workers x %zu replicas\n", workers, local);
+}
+
+void mismatch(multi_worker_mirrored_strategy& s) {
+  const auto n = rank_of(s) == 1 ? 3 : 2;
+  try {
+    s.run([&](replica_context& ctx) {
+      return ctx.all_reduce(reduce_op::sum, tensor::zeros(dtype::f32, {n}, current_device()));
+    });
+    throw std::runtime_error("a mismatched all_reduce succeeded");
+  } catch (const std::runtime_error& e) {
+    const std::string text = e.what();
+    if (text.find("succeeded") != std::string::npos)
+      throw;
+    require(text.find("worker 1") != std::string::npos || text.find("rank 1") != std::string::npos,
+            "the mismatch names worker 1: " + text);
+    std::printf("mismatch error: %s\n", e.what());
+  }
+  const auto results = s.run([&](replica_context& ctx) {
+    return ctx.all_reduce(reduce_op::sum, input(reduce_op::sum, dtype::f32,
+                                                ctx.replica_id_in_sync_group(), 4,
+                                                current_device()));
+  });
+  check(results[0], reduce_op::sum, s.num_replicas_in_sync(), 4, "all_reduce after a mismatch");
+  std::printf("ok mismatch\n");
+}
+
+void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
+  const auto sum_once = [&] {
+    return s.run([&](replica_context& ctx) {
+      return ctx.all_reduce(reduce_op::sum, tensor::scalar(1.0f, current_device()));
+    });
+  };
+  sum_once();
+  const auto last = s.cluster().world_size - 1;
+  if (rank_of(s) == last) {
+    std::fflush(stdout);
+    std::raise(how == "kill" ? SIGKILL : SIGSTOP);
+    std::_Exit(4); // a stopped worker is killed by the test
+  }
+  try {
+    sum_once();
+    throw std::runtime_error("an all_reduce without worker " + std::to_string(last) + " succeeded");
+  } catch (const peer_lost_error& e) {
+    const std::string text = e.what();
+    require(text.find("worker " + std::to_string(last)) != std::string::npos,
+            "peer_lost_error names worker " + std::to_string(last) + ": " + text);
+    std::printf("peer lost: %s\n", e.what());
+  }
+  try {
+    sum_once();
+    throw std::runtime_error("an all_reduce after the loss succeeded");
+  } catch (const peer_lost_error&) {
+  }
+  std::printf("ok lost\n");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  try {
+    if (scenario == "refused") {
+      try {
+        multi_worker_mirrored_strategy s(cluster_resolver{}, test_options(3s));
+      } catch (const value_error& e) {
+        const std::string text = e.what();
+        require(text.find("local replicas") != std::string::npos, "refusal names the field: " + text);
+        std::printf("refused: %s\n", e.what());
+        return 0;
+      } catch (const timeout_error& e) {
+        const std::string text = e.what();
+        require(text.find("worker(s) 1 ") != std::string::npos, "timeout names worker 1: " + text);
+        std::printf("join timed out: %s\n", e.what());
+        return 0;
+      }
+      throw std::runtime_error("the rendezvous succeeded");
+    }
+    multi_worker_mirrored_strategy s(cluster_resolver{}, test_options());
+    if (scenario == "collectives")
+      collectives(s);
+    else if (scenario == "mismatch")
+      mismatch(s);
+    else if (scenario == "lost" && argc > 2)
+      lost(s, argv[2]);
+    else
+      throw std::runtime_error("unknown scenario '" + scenario + "'");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "worker failed: %s\n", e.what());
+    return 1;
+  }
+}

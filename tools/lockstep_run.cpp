@@ -1,0 +1,294 @@
+// lockstep-run: starts a multi-worker lockstep program on this host.
+//
+//   lockstep-run -n N [--replicas-per-worker K] [--] program [args...]
+//
+// Starts N copies of `program`, worker i with TF_CONFIG naming a cluster of
+// N workers on loopback ports and task i, a fresh cluster token in a file
+// only this user can read (LOCKSTEP_CLUSTER_TOKEN_FILE), a job id of its
+// own, and LOCKSTEP_REPLICAS_PER_WORKER=K when given. Every line a worker
+// writes (stdout or stderr) is printed with its rank in front, on the same
+// stream. SIGINT, SIGTERM and SIGHUP are passed on to the workers. When a
+// worker fails (a non-zero status or a signal), the others are stopped
+// (SIGTERM, SIGKILL after 5 s) and lockstep-run exits with the failed
+// worker's status (128 + the signal for a signal); 0 when all succeed.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr const char* usage =
+  "usage: lockstep-run -n N [--replicas-per-worker K] [--] program [args...]\n"
+  "Starts N workers of a multi-worker lockstep program on this host (TF_CONFIG,\n"
+  "a fresh cluster token); prefixes their output with the rank; when one fails,\n"
+  "stops the others and exits with its status.\n";
+
+volatile sig_atomic_t forwarded_signal = 0;
+
+void on_signal(int signal) {
+  forwarded_signal = signal;
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "lockstep-run: %s\n", message.c_str());
+  std::exit(2);
+}
+
+std::size_t parse_count(const char* flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const auto value = std::strtoul(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value == 0 || value > 4096)
+    fail(std::string(flag) + " wants a whole number from 1 to 4096, got '" + text + "'");
+  return value;
+}
+
+/// A loopback port that nobody listens on right now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    fail(std::string("cannot find a free port: ") + std::strerror(errno));
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+/// 32 random bytes as 64 hex digits, in a new file readable by this user
+/// only; its path.
+std::string write_token_file() {
+  std::array<unsigned char, 32> random{};
+  const int source = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (source < 0 || ::read(source, random.data(), random.size()) != static_cast<ssize_t>(random.size()))
+    fail("cannot read /dev/urandom for the cluster token");
+  ::close(source);
+  std::string hex;
+  for (const auto byte : random) {
+    static constexpr char digits[] = "0123456789abcdef";
+    hex += digits[byte >> 4];
+    hex += digits[byte & 15];
+  }
+  const char* folder = std::getenv("TMPDIR");
+  std::string path = std::string(folder && *folder ? folder : "/tmp") + "/lockstep-token-XXXXXX";
+  const int fd = ::mkstemp(path.data()); // mode 0600
+  if (fd < 0 || ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size()))
+    fail("cannot write the cluster token file " + path + ": " + std::strerror(errno));
+  ::close(fd);
+  return path;
+}
+
+struct worker {
+  pid_t pid = -1;
+  int out = -1; // the read ends of its stdout and stderr pipes
+  int err = -1;
+  std::string out_partial, err_partial;
+  std::optional<int> status; // as waitpid reports it
+};
+
+void print_lines(std::size_t rank, std::string& partial, const char* data, std::size_t size,
+                 FILE* stream, bool flush_rest) {
+  partial.append(data, size);
+  std::size_t start = 0;
+  for (auto end = partial.find('\n'); end != std::string::npos; end = partial.find('\n', start)) {
+    std::fprintf(stream, "[%zu] %.*s\n", rank, static_cast<int>(end - start),
+                 partial.data() + start);
+    start = end + 1;
+  }
+  partial.erase(0, start);
+  if (flush_rest && !partial.empty()) {
+    std::fprintf(stream, "[%zu] %s\n", rank, partial.c_str());
+    partial.clear();
+  }
+  std::fflush(stream);
+}
+
+/// Reads what is there on `fd` (closing it at its end) and prints it.
+void drain(std::size_t rank, int& fd, std::string& partial, FILE* stream) {
+  char buffer[4096];
+  const auto got = ::read(fd, buffer, sizeof buffer);
+  if (got > 0) {
+    print_lines(rank, partial, buffer, static_cast<std::size_t>(got), stream, false);
+    return;
+  }
+  if (got < 0 && (errno == EINTR || errno == EAGAIN))
+    return;
+  print_lines(rank, partial, nullptr, 0, stream, true);
+  ::close(fd);
+  fd = -1;
+}
+
+std::string tf_config(const std::vector<int>& ports, std::size_t index) {
+  std::string workers;
+  for (const auto port : ports)
+    workers += (workers.empty() ? "\"127.0.0.1:" : ",\"127.0.0.1:") + std::to_string(port) + "\"";
+  return "{\"cluster\":{\"worker\":[" + workers + "]},\"task\":{\"type\":\"worker\",\"index\":"
+         + std::to_string(index) + "}}";
+}
+
+pid_t spawn(char** program, const std::vector<std::string>& extra_environment, int out_fd,
+            int err_fd) {
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    fail(std::string("fork failed: ") + std::strerror(errno));
+  if (pid > 0)
+    return pid;
+  ::setpgid(0, 0); // its own group, so a signal reaches its children too
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  for (const auto& entry : extra_environment)
+    ::putenv(const_cast<char*>(entry.c_str()));
+  ::execvp(program[0], program);
+  std::fprintf(stderr, "lockstep-run: cannot start %s: %s\n", program[0], std::strerror(errno));
+  std::_Exit(127);
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::size_t workers = 0;
+  std::optional<std::size_t> replicas;
+  int first = 1;
+  for (; first < argc; ++first) {
+    const std::string arg = argv[first];
+    if (arg == "--") {
+      ++first;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if ((arg == "-n" || arg == "--replicas-per-worker") && first + 1 < argc) {
+      const auto value = parse_count(arg.c_str(), argv[++first]);
+      (arg == "-n" ? workers : replicas.emplace()) = value;
+      continue;
+    }
+    if (!arg.empty() && arg[0] == '-')
+      fail("unknown or incomplete option '" + arg + "'\n" + usage);
+    break;
+  }
+  if (workers == 0 || first >= argc)
+    fail(std::string("give -n and a program\n") + usage);
+
+  std::vector<int> ports;
+  for (std::size_t i = 0; i < workers; ++i)
+    ports.push_back(free_port());
+  const auto token_file = write_token_file();
+  const auto job_id = "lockstep-run-" + std::to_string(::getpid()) + "-"
+                      + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+
+  struct sigaction action{};
+  action.sa_handler = on_signal;
+  for (const int s : {SIGINT, SIGTERM, SIGHUP})
+    ::sigaction(s, &action, nullptr);
+
+  std::vector<worker> all(workers);
+  for (std::size_t i = 0; i < workers; ++i) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      fail(std::string("pipe failed: ") + std::strerror(errno));
+    std::vector<std::string> environment{"TF_CONFIG=" + tf_config(ports, i),
+                                         "LOCKSTEP_CLUSTER_TOKEN_FILE=" + token_file,
+                                         "LOCKSTEP_JOB_ID=" + job_id};
+    if (replicas)
+      environment.push_back("LOCKSTEP_REPLICAS_PER_WORKER=" + std::to_string(*replicas));
+    all[i].pid = spawn(argv + first, environment, out[1], err[1]);
+    ::close(out[1]);
+    ::close(err[1]);
+    all[i].out = out[0];
+    all[i].err = err[0];
+  }
+
+  std::optional<int> failed; // the first failed worker's exit code
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  const auto stop_all = [&](int signal) {
+    for (const auto& w : all)
+      if (!w.status)
+        ::kill(-w.pid, signal);
+  };
+  for (;;) {
+    if (forwarded_signal != 0) {
+      stop_all(forwarded_signal);
+      if (!failed)
+        failed = 128 + forwarded_signal;
+      forwarded_signal = 0;
+      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+    }
+    std::vector<pollfd> fds;
+    std::vector<std::pair<std::size_t, bool>> owners; // worker, is stderr
+    for (std::size_t i = 0; i < workers; ++i) {
+      if (all[i].out >= 0) {
+        fds.push_back({all[i].out, POLLIN, 0});
+        owners.emplace_back(i, false);
+      }
+      if (all[i].err >= 0) {
+        fds.push_back({all[i].err, POLLIN, 0});
+        owners.emplace_back(i, true);
+      }
+    }
+    if (!fds.empty() && ::poll(fds.data(), fds.size(), 100) > 0)
+      for (std::size_t k = 0; k < fds.size(); ++k)
+        if (fds[k].revents != 0) {
+          auto& w = all[owners[k].first];
+          if (owners[k].second)
+            drain(owners[k].first, w.err, w.err_partial, stderr);
+          else
+            drain(owners[k].first, w.out, w.out_partial, stdout);
+        }
+    if (fds.empty())
+      ::poll(nullptr, 0, 100);
+    bool running = false;
+    for (std::size_t i = 0; i < workers; ++i) {
+      auto& w = all[i];
+      int status = 0;
+      if (!w.status && ::waitpid(w.pid, &status, WNOHANG) == w.pid) {
+        w.status = status;
+        if (exit_code(status) != 0 && !failed) {
+          std::fprintf(stderr, "lockstep-run: worker %zu failed (%s %d); stopping the others\n", i,
+                       WIFEXITED(status) ? "exit status" : "signal",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+          failed = exit_code(status);
+          stop_all(SIGTERM);
+          kill_at = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+        }
+      }
+      running = running || !w.status || w.out >= 0 || w.err >= 0;
+    }
+    if (!running)
+      break;
+    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
+      stop_all(SIGKILL);
+      kill_at.reset();
+    }
+  }
+  ::unlink(token_file.c_str());
+  return failed.value_or(0);
+}
