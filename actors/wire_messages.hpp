@@ -116,7 +116,8 @@ struct membership {
 struct heartbeat {
   std::uint32_t rank = 0;
   std::uint64_t generation = 0;
-  /// Counts up from 1 per sender and generation.
+  /// Counts up from 1 per sender and generation; 0 is a goodbye (the
+  /// sender's program ended: it is not lost).
   std::uint64_t sequence = 0;
   /// The sender's steady clock at sending, in nanoseconds since its epoch:
   /// monotonic on the sender only, so a receiver compares a peer's stamps
@@ -161,7 +162,8 @@ collective_control to_collective_control(const detail::collective_fingerprint& f
 detail::collective_fingerprint to_collective_fingerprint(const collective_control& control);
 
 /// worker -> every worker: collective `seq` of `generation` failed on
-/// `rank`; every rank throws `error` from it.
+/// `rank`; every rank throws `error` from it. `seq` 0: the group is
+/// broken (the coordinator lost a worker); every later collective throws.
 struct collective_abort {
   std::uint32_t rank = 0;
   std::uint64_t generation = 0;
