@@ -132,6 +132,36 @@ void collectives(multi_worker_mirrored_strategy& s) {
     check(batch.at(2), reduce_op::sum, replicas, 2, "batch tensor 2");
   }
 
+  // A distributed dataset: every worker reads the same global batches and
+  // keeps its own replicas' rows (step k, global replica g: 2R·k + 2g and
+  // the next); a multi-step loop over it reduces across every worker.
+  const auto steps = 3;
+  std::vector<float> values(static_cast<std::size_t>(steps) * 2 * replicas);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(i);
+  const auto data = dataset<tensor>::from_tensor_slices(tensor::from(values))
+                      .batch(static_cast<std::int64_t>(2 * replicas), true);
+  auto iterator = s.experimental_distribute_dataset(data).make_iterator();
+  const auto first = iterator.next();
+  require(first.has_value(), "a first step");
+  const auto rows = s.run([](replica_context& ctx, const tensor& mine) {
+    const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
+    return mine.num_elements() == 2 && mine.at<float>(0) == 2 * g && mine.at<float>(1) == 2 * g + 1;
+  }, *first);
+  for (const bool ok : rows.values())
+    require(ok, "each replica's rows of the first global batch");
+  const auto loop = s.extended().experimental_run_steps_on_iterator(
+    [](replica_context&, multi_step_context& ctx, const tensor& mine) {
+      ctx.set_last_step_output("sum", tensor::scalar(mine.at<float>(0) + mine.at<float>(1)),
+                               reduce_op::sum);
+    },
+    iterator, 5);
+  require(loop.steps() == steps - 1, "the loop takes the steps that are left");
+  const auto last_sum = std::get<tensor>(loop.last_step_outputs().at("sum")).at<float>(0);
+  const auto n = static_cast<float>(2 * replicas);
+  require(last_sum == n * n * (steps - 1) + n * (n - 1) / 2,
+          "the last step's sum over every worker's replicas");
+
   // Every worker asks for another initial value; all get the chief's.
   auto scope = s.scope();
   variable v(tensor::scalar(100.0f + static_cast<float>(rank_of(s))), {.name = "v"});

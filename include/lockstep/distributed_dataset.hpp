@@ -38,24 +38,32 @@ namespace detail {
 tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
                     const device_spec& device);
 
-/// Splits `batch` along dimension 0 into one part per device, consecutive
-/// and in device order, as evenly as possible (the first parts get one row
-/// more), each copied to its device. value_error for a scalar.
-std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices);
+/// Splits `batch` along dimension 0 into `parts` parts (0: one per
+/// device), consecutive, as evenly as possible (the first parts get one row
+/// more), and copies parts `first` ... `first` + devices.size() - 1 to the
+/// devices in order: with several workers, each takes its replicas' parts
+/// of the same global batch. value_error for a scalar.
+std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices,
+                                std::size_t first = 0, std::size_t parts = 0);
 
 /// value_error unless prefetch_depth >= 1 and a given timeout is positive.
 void check_input_options(const input_options& options);
 
-/// One step from one global batch: each leaf split by `split_batch`.
-inline per_replica<tensor> split_step(const tensor& batch,
-                                      const std::vector<device_spec>& devices) {
-  return per_replica<tensor>{split_batch(batch, devices)};
+/// One step from one global batch: each leaf split by `split_batch`, this
+/// worker (`worker`'s pipeline) taking its replicas' parts.
+inline per_replica<tensor> split_step(const tensor& batch, const std::vector<device_spec>& devices,
+                                      const input_context& worker) {
+  return per_replica<tensor>{split_batch(batch, devices,
+                                         worker.input_pipeline_id() * devices.size(),
+                                         worker.num_input_pipelines() * devices.size())};
 }
 
 inline nest<per_replica<tensor>> split_step(const nest<tensor>& batch,
-                                            const std::vector<device_spec>& devices) {
+                                            const std::vector<device_spec>& devices,
+                                            const input_context& worker) {
   std::vector<per_replica<tensor>> leaves;
-  batch.visit_leaves([&](const tensor& leaf) { leaves.emplace_back(split_batch(leaf, devices)); });
+  batch.visit_leaves(
+    [&](const tensor& leaf) { leaves.push_back(split_step(leaf, devices, worker)); });
   return batch.pack(leaves);
 }
 
@@ -159,10 +167,14 @@ public:
     per_replica_batches,
   };
 
-  /// `devices`: the replicas' devices, in replica order (at least one).
+  /// `devices`: this worker's replicas' devices, in replica order (at
+  /// least one); `worker`: which of the workers' pipelines this is (with
+  /// several, split_global_batches gives this worker its replicas' parts of
+  /// every global batch, as TF's data sharding does).
   distributed_dataset(dataset<T> data, mode how, std::vector<device_spec> devices,
-                      input_options options)
-    : data_(std::move(data)), mode_(how), devices_(std::move(devices)), options_(options) {
+                      input_options options, input_context worker = {})
+    : data_(std::move(data)), mode_(how), devices_(std::move(devices)), options_(options),
+      worker_(worker) {
     if (devices_.empty())
       throw value_error("Should have at least one worker for input iterator.");
     detail::check_input_options(options_);
@@ -186,8 +198,10 @@ public:
   /// The replicas' devices, in replica order.
   const std::vector<device_spec>& devices() const noexcept { return devices_; }
 
-  /// The number of replicas each step feeds.
-  std::size_t num_replicas_in_sync() const noexcept { return devices_.size(); }
+  /// The number of replicas each step feeds, on every worker.
+  std::size_t num_replicas_in_sync() const noexcept {
+    return devices_.size() * worker_.num_input_pipelines();
+  }
 
   /// The settings of its iterators.
   const input_options& options() const noexcept { return options_; }
@@ -195,12 +209,13 @@ public:
 private:
   distributed_iterator<T> open(dataset_iterator<T> pass) const {
     auto input = std::make_shared<dataset_iterator<T>>(std::move(pass));
-    auto produce = [input, how = mode_, devices = devices_]() -> std::shared_ptr<void> {
+    auto produce = [input, how = mode_, devices = devices_,
+                    worker = worker_]() -> std::shared_ptr<void> {
       if (how == mode::split_global_batches) {
         auto batch = input->next();
         if (!batch)
           return nullptr;
-        return std::make_shared<element_type>(detail::split_step(*batch, devices));
+        return std::make_shared<element_type>(detail::split_step(*batch, devices, worker));
       }
       std::vector<T> elements;
       elements.reserve(devices.size());
@@ -222,6 +237,7 @@ private:
   mode mode_;
   std::vector<device_spec> devices_;
   input_options options_;
+  input_context worker_;
 };
 
 } // namespace lockstep

@@ -85,6 +85,8 @@ decltype(auto) invoke_replica_fn(F& fn, replica_context& ctx, Args&&... args) {
     return std::invoke(callable, std::forward<Args>(args)...);
 }
 
+/// The replica's index among this worker's replicas: which component of
+/// a (local) distributed value is its own. In one process, its replica id.
 std::size_t replica_id(const replica_context& ctx);
 
 /// value_error unless `iterations` is at least 1.
@@ -448,7 +450,9 @@ public:
   /// global batch (a tensor, or a nest of tensors that agree in dimension
   /// 0), split along dimension 0 into `num_replicas_in_sync()` per-replica
   /// batches, consecutive and in replica order, each copied to its
-  /// replica's device. A partial last batch is split as evenly as possible
+  /// replica's device. With several workers, every worker reads the same
+  /// global batches and keeps its own replicas' parts (TF's sharding by
+  /// data), so all workers see the same number of steps. A partial last batch is split as evenly as possible
   /// (the first replicas get one row more); replicas left without rows get
   /// empty batches, so every replica sees the same number of steps. Throws
   /// value_error ("Batch size 6 cannot be sharded evenly across replicas
@@ -459,9 +463,10 @@ public:
     static_assert(detail::complete_type<distributed_dataset<T>>,
                   "experimental_distribute_dataset needs #include \"lockstep/distributed_dataset.hpp\"");
     auto devices = detail::replica_devices(*state_);
-    detail::check_shardable(data.static_batch_size(), devices.size());
+    detail::check_shardable(data.static_batch_size(), num_replicas_in_sync());
     return distributed_dataset<T>{data, distributed_dataset<T>::mode::split_global_batches,
-                                  std::move(devices), options};
+                                  std::move(devices), options,
+                                  detail::worker_input_context(*state_)};
   }
 
   /// TF's experimental_distribute_datasets_from_function: calls
@@ -607,7 +612,8 @@ multi_step_context strategy_extended::experimental_run_steps_on_iterator(
       break;
     steps->push_back(std::move(*step));
   }
-  context.begin_loop(steps->size(), num_replicas_in_sync());
+  // One slot per replica of this worker; end_loop reduces across all.
+  context.begin_loop(steps->size(), detail::replica_devices(*state_).size());
   if (!steps->empty()) {
     auto task = std::make_shared<const detail::replica_function>(
       [fn = std::decay_t<F>(std::forward<F>(fn)), steps,

@@ -58,23 +58,24 @@ tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
   return out;
 }
 
-std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices) {
+std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices,
+                                std::size_t first, std::size_t parts) {
   if (batch.rank() == 0)
     throw value_error("cannot split a scalar " + batch.to_string()
                       + " into per-replica batches: its dimension 0 is the batch");
-  const auto n = static_cast<std::int64_t>(devices.size());
+  const auto n = static_cast<std::int64_t>(parts == 0 ? devices.size() : parts);
   const auto rows = batch.shape()[0];
   const auto base = rows / n;
   const auto extra = rows % n;
-  std::vector<tensor> parts;
-  parts.reserve(devices.size());
-  std::int64_t begin = 0;
-  for (std::int64_t r = 0; r < n; ++r) {
-    const auto count = base + (r < extra ? 1 : 0);
-    parts.push_back(copy_rows_to(batch, begin, count, devices[static_cast<std::size_t>(r)]));
-    begin += count;
+  // Part p starts after p parts, the first `extra` of them one row longer.
+  const auto start = [&](std::int64_t p) { return p * base + std::min(p, extra); };
+  std::vector<tensor> out;
+  out.reserve(devices.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const auto p = static_cast<std::int64_t>(first + d);
+    out.push_back(copy_rows_to(batch, start(p), start(p + 1) - start(p), devices[d]));
   }
-  return parts;
+  return out;
 }
 
 void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replicas) {

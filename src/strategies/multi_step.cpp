@@ -76,7 +76,7 @@ detail::replica_slot* replica_slot_of_caller(detail::multi_step_state& state,
     throw context_error(std::string{"multi_step_context::"} + what
                         + " in replica context needs to be called by the step function of "
                           "its experimental_run_steps_on_iterator loop");
-  const auto r = ctx->replica_id_in_sync_group();
+  const auto r = detail::replica_id(*ctx); // this worker's slots
   if (r >= state.slots.size())
     throw context_error(std::string{"multi_step_context::"} + what + ": replica "
                         + std::to_string(r) + " out of range for a loop of "

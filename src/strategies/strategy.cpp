@@ -56,7 +56,7 @@ input_context worker_input_context(const strategy_state& state) {
 }
 
 std::size_t replica_id(const replica_context& ctx) {
-  return ctx.replica_id_in_sync_group();
+  return replica_context_access::local_id(ctx);
 }
 
 void throw_structure_mismatch(std::size_t replica, const std::string& what,

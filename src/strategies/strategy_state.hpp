@@ -60,6 +60,8 @@ struct replica_context_access {
                               merge_channel& channel) noexcept {
     return replica_context{state, replica_id, channel};
   }
+  /// The replica's index among its worker's replicas.
+  static std::size_t local_id(const replica_context& ctx) noexcept { return ctx.replica_id_; }
 };
 
 struct strategy_state : std::enable_shared_from_this<strategy_state> {

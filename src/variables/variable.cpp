@@ -87,7 +87,7 @@ std::optional<std::size_t> own_replica(const detail::variable_state& s) {
   const auto* mode = detail::current_mode();
   if (mode == nullptr || mode->replica == nullptr || mode->strategy != s.strategy.get())
     return std::nullopt;
-  return mode->replica->replica_id_in_sync_group();
+  return detail::replica_id(*mode->replica); // copy i is this worker's replica i's
 }
 
 reduce_op to_reduce_op(variable_aggregation aggregation) {
