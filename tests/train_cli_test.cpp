@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
@@ -48,14 +49,20 @@ fs::path program() {
 
 /// Runs the program with `args` in the directory `cwd`, stdin from
 /// /dev/null, stdout and stderr captured. A run that takes longer than
-/// 120 s is killed and fails the test.
-outcome run(const std::vector<std::string>& args, const fs::path& cwd) {
+/// 120 s is killed and fails the test. `workers` > 0: `workers` copies
+/// under lockstep-run (LOCKSTEP_RUN).
+outcome run(const std::vector<std::string>& args, const fs::path& cwd, int workers = 0) {
   static temporary_directory logs{"train_cli_logs"};
   static int count = 0;
   const auto out_path = logs.path() / ("out." + std::to_string(count));
   const auto err_path = logs.path() / ("err." + std::to_string(count++));
   const auto binary = program();
   std::vector<std::string> strings{binary.string()};
+  if (workers > 0) {
+    const char* launcher = std::getenv("LOCKSTEP_RUN");
+    REQUIRE_MESSAGE(launcher != nullptr, "set LOCKSTEP_RUN to the built lockstep-run (meson does)");
+    strings.insert(strings.begin(), {launcher, "-n", std::to_string(workers)});
+  }
   strings.insert(strings.end(), args.begin(), args.end());
 
   const auto exit = run_child_process({.argv = strings,
@@ -329,6 +336,39 @@ TEST_CASE("a loss that is not finite stops training with an error naming the epo
     // Nothing diverged was saved.
     CHECK(checkpoints_in(checkpoints) == 0);
   }
+}
+
+TEST_CASE("two workers under lockstep-run: the chief alone reports, with one process's results") {
+  const workspace alone;
+  auto options = alone.options({"--epochs", "2", "--seed", "3"});
+  const auto single = run(options, alone.dir.path());
+  REQUIRE_MESSAGE(single.status == 0, single.err);
+
+  const workspace cluster;
+  options = cluster.options({"--epochs", "2", "--seed", "3", "--replicas", "1"}); // 2 x 1
+  const auto workers = run(options, cluster.dir.path(), 2);
+  REQUIRE_MESSAGE(workers.status == 0, workers.out << workers.err);
+  CHECK(has(workers.out, "[0] model MLP"));
+  CHECK(has(workers.out, "2 workers x 1 replicas"));
+  CHECK(has(workers.out, "[0] steps 16,"));
+  CHECK_FALSE(has(workers.out + workers.err, "[1] ")); // worker 1 trains in silence
+  // The same global batches, split alike, summed in the same order.
+  const auto accuracy = [](const std::string& out) {
+    return std::stod(capture(out, R"(final test accuracy ([0-9.]+))"));
+  };
+  CHECK(std::abs(accuracy(workers.out) - accuracy(single.out)) <= 0.01);
+  const auto rows = lines_of(read_file(cluster.metrics()));
+  REQUIRE(rows.size() == 3);
+  const auto expected = lines_of(read_file(alone.metrics()));
+  // Epoch, loss and accuracies (not the times): the same to the last digit.
+  const auto figures = [](const std::string& row) {
+    auto end = std::string::npos;
+    for (int field = 0, at = 0; field < 4; ++field, at = static_cast<int>(end) + 1)
+      end = row.find(',', static_cast<std::size_t>(at));
+    return row.substr(0, end);
+  };
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    CHECK(figures(rows[i]) == figures(expected[i]));
 }
 
 TEST_CASE("examples per second count the steps this process ran, timed from before the first call") {

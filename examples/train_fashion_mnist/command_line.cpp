@@ -4,6 +4,7 @@
 
 #include "lockstep/error.hpp"
 #include "lockstep/idx.hpp"
+#include "lockstep/cluster_resolver.hpp"
 #include "lockstep/mirrored_strategy.hpp"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <cstdlib>
 #include <thread>
 
 namespace fashion_mnist {
@@ -57,7 +59,13 @@ std::filesystem::path nonempty_path(std::string_view flag, std::string_view text
   return std::filesystem::path(text);
 }
 
+/// One process: a replica per core. A worker of a multi-worker job:
+/// LOCKSTEP_REPLICAS_PER_WORKER (lockstep-run --replicas-per-worker), else 1.
 int default_replicas() {
+  if (lockstep::cluster_resolver{}.spec().world_size > 1) {
+    const char* given = std::getenv("LOCKSTEP_REPLICAS_PER_WORKER");
+    return given != nullptr && *given != '\0' ? std::atoi(given) : 1;
+  }
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::min<std::size_t>(cores, lockstep::max_mirrored_replicas));
 }

@@ -56,35 +56,46 @@ int run(int argc, char** argv) {
   fashion_mnist::training_data training{data.train.images, data.train.labels, data.test.images,
                                         data.test.labels};
   const auto examples = data.train.images.shape()[0];
+  // In a multi-worker job every worker trains; the chief alone reports and
+  // writes the outputs.
+  const auto cluster = lockstep::cluster_resolver{}.spec();
+  const bool chief = cluster.is_chief();
   if (config.global_batch > examples)
     throw fashion_mnist::usage_error("--global-batch: " + std::to_string(config.global_batch)
                                      + " is larger than the training set ("
                                      + std::to_string(examples) + " examples in "
                                      + printable(cl.data_dir.native()) + ")");
-  std::cout << "Fashion-MNIST from " << printable(cl.data_dir.native()) << ": " << examples
-            << " training and " << data.test.images.shape()[0] << " test images\n"
-            << "model MLP 784-256-128-100-10, " << fashion_mnist::to_string(config.optimizer.kind)
-            << " lr " << fashion_mnist::number_text(config.optimizer.learning_rate) << " (x"
-            << fashion_mnist::number_text(config.lr_decay)
-            << " an epoch), " << config.replicas << " replicas, global batch "
-            << config.global_batch << ", " << config.epochs << " epochs, seed " << config.seed
-            << ", " << config.steps_per_call << " steps per call\n"
-            << std::flush;
+  const auto replicas = cluster.world_size > 1
+                          ? std::to_string(cluster.world_size) + " workers x "
+                              + std::to_string(config.replicas) + " replicas"
+                          : std::to_string(config.replicas) + " replicas";
+  if (chief)
+    std::cout << "Fashion-MNIST from " << printable(cl.data_dir.native()) << ": " << examples
+              << " training and " << data.test.images.shape()[0] << " test images\n"
+              << "model MLP 784-256-128-100-10, " << fashion_mnist::to_string(config.optimizer.kind)
+              << " lr " << fashion_mnist::number_text(config.optimizer.learning_rate) << " (x"
+              << fashion_mnist::number_text(config.lr_decay) << " an epoch), " << replicas
+              << ", global batch " << config.global_batch << ", " << config.epochs
+              << " epochs, seed " << config.seed << ", " << config.steps_per_call
+              << " steps per call\n"
+              << std::flush;
 
   const bool terminal = isatty(STDERR_FILENO) != 0;
   fashion_mnist::training_observer observer;
-  observer.on_note = [](const std::string& text) { std::cerr << text << "\n"; };
-  observer.on_progress = [&](const fashion_mnist::step_progress& p) {
-    if (!terminal && p.step != p.steps)
-      return; // a log file gets one line per epoch
-    std::cerr << "\r"
-              << fashion_mnist::progress_line(p.epoch, config.epochs, p.step, p.steps, p.loss,
-                                              p.accuracy, p.examples_per_second())
-              << (p.step == p.steps ? "\n" : "") << std::flush;
-  };
-  observer.on_epoch = [](const fashion_mnist::epoch_metrics& m) {
-    std::cerr << "  test accuracy " << m.test_accuracy << "\n";
-  };
+  if (chief) {
+    observer.on_note = [](const std::string& text) { std::cerr << text << "\n"; };
+    observer.on_progress = [&](const fashion_mnist::step_progress& p) {
+      if (!terminal && p.step != p.steps)
+        return; // a log file gets one line per epoch
+      std::cerr << "\r"
+                << fashion_mnist::progress_line(p.epoch, config.epochs, p.step, p.steps, p.loss,
+                                                p.accuracy, p.examples_per_second())
+                << (p.step == p.steps ? "\n" : "") << std::flush;
+    };
+    observer.on_epoch = [](const fashion_mnist::epoch_metrics& m) {
+      std::cerr << "  test accuracy " << m.test_accuracy << "\n";
+    };
+  }
 
   std::signal(SIGINT, request_stop);
   const auto start = std::chrono::steady_clock::now();
@@ -92,6 +103,8 @@ int run(int argc, char** argv) {
   const auto seconds
       = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  if (!chief)
+    return result.interrupted ? 130 : 0;
   // A resumed run keeps the rows of the epochs before it.
   std::vector<fashion_mnist::epoch_metrics> rows;
   if (result.resumed_from_step) {

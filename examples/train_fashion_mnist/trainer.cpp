@@ -153,6 +153,20 @@ tensor gather_rows(const tensor& x, const tensor& indices) {
   return out;
 }
 
+/// `value` summed over the workers; itself in one process.
+template <class T>
+T sum_over_workers(const strategy& strategy, T value) {
+  if (!strategy.extended().spans_workers())
+    return value;
+  return strategy.reduce(reduce_op::sum, value);
+}
+
+/// A call's figures of every worker's replicas (each worker counted its own).
+step_stats across_workers(const strategy& strategy, step_stats call) {
+  return {sum_over_workers(strategy, call.loss), sum_over_workers(strategy, call.correct),
+          sum_over_workers(strategy, call.examples)};
+}
+
 /// The share of `images` the model classifies right, each replica counting
 /// its own slice of the test set with its own copies.
 double test_accuracy(const strategy& strategy, const training_config& config,
@@ -170,9 +184,8 @@ double test_accuracy(const strategy& strategy, const training_config& config,
         return count_correct(config.model, read_parameters(state), images, labels);
       },
       (*step)[0].leaf(), (*step)[1].leaf());
-  std::int64_t sum = 0;
-  for (auto c : correct.values())
-    sum += c;
+  // Every replica of every worker counted its share.
+  const auto sum = strategy.reduce(reduce_op::sum, correct);
   return static_cast<double>(sum) / static_cast<double>(total);
 }
 
@@ -289,6 +302,15 @@ value_error diverged(double loss, int epoch, std::int64_t step, std::int64_t ste
                      + ")");
 }
 
+/// A multi-worker strategy when a launcher configured a cluster (each
+/// worker with `replicas` CPU devices), else a mirrored one.
+lockstep::strategy make_strategy(int replicas) {
+  const cluster_resolver resolver;
+  if (resolver.spec().world_size > 1 && !resolver.spec().is_evaluator())
+    return multi_worker_mirrored_strategy{resolver, {.local_devices = cpu_devices(replicas)}};
+  return mirrored_strategy{cpu_devices(replicas)};
+}
+
 } // namespace
 
 void keep_freed_memory() {
@@ -299,7 +321,7 @@ void keep_freed_memory() {
 training_result train(const training_config& config, const training_data& data,
                       const training_observer& observer, const std::atomic<bool>* stop) {
   check_config(config, data);
-  mirrored_strategy strategy{cpu_devices(config.replicas)};
+  const auto strategy = make_strategy(config.replicas);
   auto state = create_state(strategy, config);
   auto scope = strategy.scope();
   const auto note = [&](const std::string& text) {
@@ -321,6 +343,9 @@ training_result train(const training_config& config, const training_data& data,
     if (!checkpoints)
       return;
     state.epoch.assign(tensor::scalar(epoch));
+    // Every worker resumes from the folder; only the chief writes to it.
+    if (!strategy.extended().should_checkpoint())
+      return;
     if (auto path = checkpoints->save(state.checkpointed(), result.global_step))
       note("saved " + path->string());
   };
@@ -380,6 +405,7 @@ training_result train(const training_config& config, const training_data& data,
       // some replica, and that loss; 0 if none.
       std::int64_t bad_step = 0;
       double bad_loss = 0;
+      step_stats call; // this worker's replicas' figures for this call
       if (config.steps_per_call == 1) {
         const auto step = iterator.next();
         if (!step)
@@ -390,7 +416,7 @@ training_result train(const training_config& config, const training_data& data,
             },
             (*step)[0].leaf(), (*step)[1].leaf());
         for (const auto& s : stats.values()) {
-          totals += s;
+          call += s;
           if (!std::isfinite(s.loss))
             bad_step = 1, bad_loss = s.loss;
         }
@@ -402,7 +428,7 @@ training_result train(const training_config& config, const training_data& data,
         std::vector<double> first_bad_loss(replicas, 0);
         const auto context = strategy.extended().experimental_run_steps_on_iterator(
             [&](replica_context& ctx, multi_step_context&, const nest<tensor>& batch) {
-              const auto r = ctx.replica_id_in_sync_group();
+              const auto r = ctx.replica_id_in_sync_group() % replicas; // this worker's index
               const auto stats = replica_step(ctx, config, state, batch[0].leaf(), batch[1].leaf());
               ++taken[r];
               if (!std::isfinite(stats.loss) && first_bad[r] == 0)
@@ -414,11 +440,12 @@ training_result train(const training_config& config, const training_data& data,
         if (steps == 0)
           throw data_ended();
         for (std::size_t r = 0; r < replicas; ++r) {
-          totals += per_replica_totals[r];
+          call += per_replica_totals[r];
           if (first_bad[r] != 0 && (bad_step == 0 || first_bad[r] < bad_step))
             bad_step = first_bad[r], bad_loss = first_bad_loss[r];
         }
       }
+      totals += across_workers(strategy, call);
       if (bad_step != 0)
         throw diverged(bad_loss, static_cast<int>(epoch + 1), done + bad_step, steps_per_epoch,
                        result.global_step + bad_step, learning_rate);
