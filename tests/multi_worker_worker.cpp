@@ -5,7 +5,9 @@
 //
 //   collectives   every reduce op x dtype x size on the replica path and
 //                 the cross-replica path, a merge_call, a batch of mixed
-//                 dtypes, a variable whose initial value is the chief's
+//                 dtypes, distributed input (sharded global batches, uneven
+//                 per-worker inputs ending together, an empty one and a
+//                 failing one), a variable whose initial value is the chief's
 //   mismatch      worker 1 passes another shape: every worker gets an
 //                 error naming what each issued, then the group still works
 //   lost kill|stop  the last worker dies (SIGKILL) or freezes (SIGSTOP)
@@ -72,6 +74,82 @@ void check(const tensor& t, reduce_op op, std::size_t replicas, std::size_t n,
                                  + std::to_string(static_cast<double>(
                                    expected_value<T>(op, replicas, i))));
   });
+}
+
+/// Worker w's input function gives (w + 1) steps of per-replica batches
+/// of 2 rows (`steps_of(w)` overrides): the workers end together after the
+/// longest, the others' replicas getting empty batches meanwhile.
+distributed_dataset<tensor> per_worker_input(const multi_worker_mirrored_strategy& s,
+                                             std::int64_t steps_of_this_worker) {
+  const auto local = static_cast<std::int64_t>(s.extended().worker_devices().size());
+  return s.experimental_distribute_datasets_from_function([&](const input_context& ctx) {
+    require(ctx.input_pipeline_id() == rank_of(s), "input pipeline id is the worker's rank");
+    require(ctx.num_input_pipelines() == s.cluster().world_size, "one input pipeline per worker");
+    return dataset<std::int64_t>::range(steps_of_this_worker * local).map([](std::int64_t i) {
+      return tensor::from(std::vector<float>{static_cast<float>(i), static_cast<float>(i)});
+    });
+  });
+}
+
+void uneven_input(multi_worker_mirrored_strategy& s) {
+  const auto workers = static_cast<std::int64_t>(s.cluster().world_size);
+  const auto local = static_cast<std::int64_t>(s.extended().worker_devices().size());
+  const auto rank = static_cast<std::int64_t>(rank_of(s));
+  auto iterator = per_worker_input(s, rank + 1).make_iterator();
+  const auto rows_in_step = [&](const per_replica<tensor>& step) {
+    const auto rows = s.run([](replica_context& ctx, const tensor& mine) {
+      return ctx.all_reduce(reduce_op::sum, tensor::scalar(static_cast<float>(mine.num_elements())));
+    }, step);
+    return rows[0].at<float>(0);
+  };
+  const auto first = iterator.next();
+  require(first.has_value(), "every worker has a first step");
+  require(rows_in_step(*first) == static_cast<float>(2 * workers * local), "full first step");
+  // The rest in one multi-step loop: every worker takes workers - 1 more.
+  float rows = 0;
+  const auto loop = s.extended().experimental_run_steps_on_iterator(
+    [](replica_context&, multi_step_context& ctx, const tensor& mine) {
+      ctx.set_last_step_output("rows", tensor::scalar(static_cast<float>(mine.num_elements())),
+                               reduce_op::sum);
+    },
+    iterator, 1000);
+  require(static_cast<std::int64_t>(loop.steps()) == workers - 1, "every worker takes the longest input's steps: "
+                                         + std::to_string(loop.steps()));
+  if (workers > 1)
+    rows = std::get<tensor>(loop.last_step_outputs().at("rows")).at<float>(0);
+  require(rows == (workers > 1 ? 2.0f * static_cast<float>(local) : 0.0f),
+          "the last step holds the last worker's rows alone");
+  require(!iterator.next().has_value(), "the end, on every worker");
+
+  if (workers == 1)
+    return;
+  // Worker 1's input is empty from the start: no step to empty, so every
+  // worker gets the error naming it.
+  auto stuck = per_worker_input(s, rank == 1 ? 0 : 1).make_iterator();
+  try {
+    stuck.next();
+    throw std::runtime_error("an input that cannot stand in was accepted");
+  } catch (const value_error& e) {
+    const std::string text = e.what();
+    require(text.find("worker(s) 1 ended") != std::string::npos, "names worker 1: " + text);
+  }
+  // A pipeline that throws on one worker throws on every worker.
+  auto failing = s.experimental_distribute_datasets_from_function([&](const input_context& ctx) {
+    const auto pipeline = ctx.input_pipeline_id();
+    return dataset<std::int64_t>::range(local).map([pipeline](std::int64_t i) {
+      if (pipeline == 1)
+        throw value_error("worker 1's input cannot be read");
+      return tensor::from(std::vector<float>{static_cast<float>(i)});
+    });
+  });
+  try {
+    failing.make_iterator().next();
+    throw std::runtime_error("a failed input was not reported");
+  } catch (const value_error& e) {
+    const std::string text = e.what();
+    require(text.find("worker 1's input cannot be read") != std::string::npos,
+            "every worker gets worker 1's error: " + text);
+  }
 }
 
 void collectives(multi_worker_mirrored_strategy& s) {
@@ -161,6 +239,8 @@ void collectives(multi_worker_mirrored_strategy& s) {
   const auto n = static_cast<float>(2 * replicas);
   require(last_sum == n * n * (steps - 1) + n * (n - 1) / 2,
           "the last step's sum over every worker's replicas");
+
+  uneven_input(s);
 
   // Every worker asks for another initial value; all get the chief's.
   auto scope = s.scope();

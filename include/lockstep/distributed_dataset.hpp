@@ -76,6 +76,20 @@ per_replica<tensor> gather_step(const std::vector<tensor>& elements,
 nest<per_replica<tensor>> gather_step(const std::vector<nest<tensor>>& elements,
                                       const std::vector<device_spec>& devices);
 
+/// The workers' joint decision on the next step of their input, so that
+/// every worker takes the same number of steps: true while any worker has a
+/// step. A worker whose input ended gives its replicas empty batches
+/// (`can_stand_in`: it has a step to shape them like) until all have ended;
+/// one that cannot is a value_error on every worker, naming it. A
+/// `failure` (this worker's pipeline threw) is thrown on every worker.
+bool any_worker_has_step(const worker_sum& sum, const input_context& worker, bool has_step,
+                         bool can_stand_in, std::exception_ptr failure);
+
+/// `step` with every batch emptied (dimension 0 of size 0, on the same
+/// device), or nothing when a batch is a scalar.
+std::optional<per_replica<tensor>> empty_step_like(const per_replica<tensor>& step);
+std::optional<nest<per_replica<tensor>>> empty_step_like(const nest<per_replica<tensor>>& step);
+
 /// A source whose elements come out of a prefetch channel.
 template <class E>
 class channel_source final : public source<E> {
@@ -117,8 +131,16 @@ public:
 
   /// The next step, or an empty optional at the end of the data (and on
   /// every call after it). Exceptions from the pipeline propagate, as does
-  /// timeout_error when no step arrives within the timeout.
-  std::optional<element_type> next() { return steps_.next(); }
+  /// timeout_error when no step arrives within the timeout. With several
+  /// workers, every call is a decision of all of them (each worker must
+  /// call it as often as the others): the data ends when it has ended on
+  /// every worker, and until then a worker whose own input ended gets steps
+  /// of empty batches shaped like its last one.
+  std::optional<element_type> next() {
+    if (!agree_)
+      return steps_.next();
+    return next_of_every_worker();
+  }
 
   /// Reads the next step and points at it, for range-for.
   auto begin() { return steps_.begin(); }
@@ -137,12 +159,38 @@ private:
   friend class distributed_dataset<T>;
 
   /// A pass whose steps `channel` delivers; made by distributed_dataset.
-  explicit distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel)
+  distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel, detail::worker_sum agree,
+                       input_context worker)
     : channel_(channel),
-      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))) {}
+      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))),
+      agree_(std::move(agree)), worker_(worker) {}
+
+  std::optional<element_type> next_of_every_worker() {
+    if (ended_)
+      return std::nullopt;
+    std::optional<element_type> step;
+    std::exception_ptr failure;
+    try {
+      step = steps_.next();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (step)
+      stand_in_ = detail::empty_step_like(*step);
+    if (!detail::any_worker_has_step(agree_, worker_, step.has_value(), stand_in_.has_value(),
+                                     failure)) {
+      ended_ = true;
+      return std::nullopt;
+    }
+    return step ? std::move(step) : stand_in_;
+  }
 
   std::shared_ptr<detail::prefetch_channel> channel_;
   dataset_iterator<element_type> steps_;
+  detail::worker_sum agree_; // empty in one process
+  input_context worker_;
+  std::optional<element_type> stand_in_; // empty batches like the last step
+  bool ended_ = false;
 };
 
 // -- distributed dataset -----------------------------------------------------------
@@ -207,6 +255,8 @@ public:
   const input_options& options() const noexcept { return options_; }
 
 private:
+  friend class strategy; // sets agree_ for multi-worker strategies
+
   distributed_iterator<T> open(dataset_iterator<T> pass) const {
     auto input = std::make_shared<dataset_iterator<T>>(std::move(pass));
     auto produce = [input, how = mode_, devices = devices_,
@@ -230,7 +280,8 @@ private:
       return std::make_shared<element_type>(detail::gather_step(elements, devices));
     };
     return distributed_iterator<T>{std::make_shared<detail::prefetch_channel>(
-      options_.prefetch_depth, options_.timeout, std::move(produce))};
+                                     options_.prefetch_depth, options_.timeout, std::move(produce)),
+                                   agree_, worker_};
   }
 
   dataset<T> data_;
@@ -238,6 +289,7 @@ private:
   std::vector<device_spec> devices_;
   input_options options_;
   input_context worker_;
+  detail::worker_sum agree_; // the workers' joint end of input; empty in one process
 };
 
 } // namespace lockstep

@@ -14,7 +14,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace lockstep {
@@ -114,6 +117,11 @@ void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replica
 /// distributed_dataset.hpp is included.
 template <class T>
 concept complete_type = requires { sizeof(T); };
+
+/// Multi-worker input: sums `counts` element-wise over the workers, in
+/// place (one collective between them); with `failure` set, every worker
+/// throws that error instead. Empty in one process.
+using worker_sum = std::function<void(std::span<std::int64_t> counts, std::exception_ptr failure)>;
 
 } // namespace detail
 

@@ -100,6 +100,10 @@ std::vector<device_spec> replica_devices(const strategy_state& state);
 /// `worker index` of `workers`, for all replicas in sync.
 input_context worker_input_context(const strategy_state& state);
 
+/// What lets the workers decide the end of their input together; empty in
+/// one process.
+worker_sum input_worker_sum(const strategy_state& state);
+
 } // namespace detail
 
 /// RAII guard of `strategy_extended::colocate_vars_with`.
@@ -452,7 +456,8 @@ public:
   /// batches, consecutive and in replica order, each copied to its
   /// replica's device. With several workers, every worker reads the same
   /// global batches and keeps its own replicas' parts (TF's sharding by
-  /// data), so all workers see the same number of steps. A partial last batch is split as evenly as possible
+  /// data), and the workers decide the end of the data together. A partial
+  /// last batch is split as evenly as possible
   /// (the first replicas get one row more); replicas left without rows get
   /// empty batches, so every replica sees the same number of steps. Throws
   /// value_error ("Batch size 6 cannot be sharded evenly across replicas
@@ -464,9 +469,11 @@ public:
                   "experimental_distribute_dataset needs #include \"lockstep/distributed_dataset.hpp\"");
     auto devices = detail::replica_devices(*state_);
     detail::check_shardable(data.static_batch_size(), num_replicas_in_sync());
-    return distributed_dataset<T>{data, distributed_dataset<T>::mode::split_global_batches,
-                                  std::move(devices), options,
-                                  detail::worker_input_context(*state_)};
+    distributed_dataset<T> distributed{data, distributed_dataset<T>::mode::split_global_batches,
+                                       std::move(devices), options,
+                                       detail::worker_input_context(*state_)};
+    distributed.agree_ = detail::input_worker_sum(*state_);
+    return distributed;
   }
 
   /// TF's experimental_distribute_datasets_from_function: calls
@@ -474,9 +481,13 @@ public:
   /// worker (num_input_pipelines: the workers, input_pipeline_id: this
   /// worker's index; 1 and 0 in one process), and distributes
   /// the dataset it returns, whose elements are per-replica batches:
-  /// step k gives replica r element k * num_replicas_in_sync() + r. When
-  /// the data ends in the middle of a step, the replicas after the last
-  /// element get empty batches shaped like the step's first.
+  /// step k gives this worker's replica r element k * R + r, R being
+  /// its replicas. When the data ends in the middle of a step, the
+  /// replicas after the last element get empty batches shaped like the
+  /// step's first. With several workers, each worker's pipeline may end
+  /// at another step: the workers decide the end together (iterator's
+  /// next()), and until every one has ended, those whose data did get
+  /// empty batches, so all take the same number of steps.
   template <class F>
   auto experimental_distribute_datasets_from_function(F&& fn,
                                                       const input_options& options = {}) const {
@@ -490,9 +501,11 @@ public:
     auto devices = detail::replica_devices(*state_);
     const auto context = detail::worker_input_context(*state_);
     dataset<element_type> data = fn(context);
-    return distributed_dataset<element_type>{
+    distributed_dataset<element_type> distributed{
       std::move(data), distributed_dataset<element_type>::mode::per_replica_batches,
-      std::move(devices), options};
+      std::move(devices), options, context};
+    distributed.agree_ = detail::input_worker_sum(*state_);
+    return distributed;
   }
 
   /// TF's make_input_fn_iterator: an iterator over

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace lockstep {
 
@@ -151,6 +152,73 @@ nest<per_replica<tensor>> gather_step(const std::vector<nest<tensor>>& elements,
     grouped.emplace_back(std::move(parts));
   }
   return first.pack(grouped);
+}
+
+namespace {
+
+/// Where a worker's input stands at a step, as it tells the others.
+enum input_state : std::int64_t {
+  ended_without_a_step = 1, // cannot give its replicas empty batches
+  ended = 2,
+  has_step = 3,
+};
+
+std::string workers_in(const std::vector<std::int64_t>& states, std::int64_t state) {
+  std::string out;
+  for (std::size_t w = 0; w < states.size(); ++w)
+    if (states[w] == state)
+      out += (out.empty() ? "" : ", ") + std::to_string(w);
+  return out;
+}
+
+} // namespace
+
+bool any_worker_has_step(const worker_sum& sum, const input_context& worker, bool has_step,
+                         bool can_stand_in, std::exception_ptr failure) {
+  // Each worker writes its own slot; the sum gives every worker all states.
+  std::vector<std::int64_t> states(worker.num_input_pipelines(), 0);
+  states.at(worker.input_pipeline_id())
+    = has_step ? input_state::has_step : can_stand_in ? input_state::ended
+                                                      : input_state::ended_without_a_step;
+  sum(states, failure);
+  if (failure)
+    std::rethrow_exception(failure);
+  const auto with_data = workers_in(states, input_state::has_step);
+  if (with_data.empty())
+    return false;
+  const auto stuck = workers_in(states, input_state::ended_without_a_step);
+  if (!stuck.empty())
+    throw value_error("distributed input: the data of worker(s) " + stuck
+                      + " ended before a step whose batches could be emptied (none, or "
+                        "scalars), while worker(s) "
+                      + with_data
+                      + " still have data: each worker's replicas need an empty batch like "
+                        "their last one until every worker's data has ended");
+  return true;
+}
+
+std::optional<per_replica<tensor>> empty_step_like(const per_replica<tensor>& step) {
+  std::vector<tensor> parts;
+  for (const auto& part : step.values()) {
+    if (part.rank() == 0)
+      return std::nullopt;
+    parts.push_back(copy_rows_to(part, 0, 0, part.device()));
+  }
+  return per_replica<tensor>{std::move(parts)};
+}
+
+std::optional<nest<per_replica<tensor>>> empty_step_like(const nest<per_replica<tensor>>& step) {
+  std::vector<per_replica<tensor>> leaves;
+  bool emptied = true;
+  step.visit_leaves([&](const per_replica<tensor>& leaf) {
+    auto empty = emptied ? empty_step_like(leaf) : std::nullopt;
+    emptied = empty.has_value();
+    if (emptied)
+      leaves.push_back(std::move(*empty));
+  });
+  if (!emptied)
+    return std::nullopt;
+  return step.pack(leaves);
 }
 
 } // namespace lockstep::detail

@@ -18,6 +18,7 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -112,6 +113,16 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
     options.tag = "initial value of variable '" + variable + "'";
     ring->broadcast(worker, 0, {&value, 1}, options);
     return value;
+  };
+  state->worker_sum = [ring, worker, timeout](std::span<std::int64_t> counts,
+                                              std::exception_ptr failure) {
+    auto sums = tensor::from(std::vector<std::int64_t>(counts.begin(), counts.end()));
+    detail::collective_options options;
+    options.timeout = timeout;
+    options.tag = "end of input";
+    options.failure = std::move(failure);
+    ring->all_reduce(worker, reduce_op::sum, {&sums, 1}, {&sums, 1}, options);
+    std::copy_n(sums.data<std::int64_t>().data(), counts.size(), counts.begin());
   };
   detail::start_replicas(*state);
   return state;

@@ -55,6 +55,10 @@ input_context worker_input_context(const strategy_state& state) {
   return input_context{topology.workers, topology.worker_index, topology.replicas()};
 }
 
+worker_sum input_worker_sum(const strategy_state& state) {
+  return state.worker_sum;
+}
+
 std::size_t replica_id(const replica_context& ctx) {
   return replica_context_access::local_id(ctx);
 }

@@ -137,6 +137,10 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// chief's (broadcast from it, matched by name); null in one process.
   std::function<tensor(const tensor& initial, const std::string& name)> initial_value_from_chief;
 
+  /// Multi-worker: sums counts over the workers (input's joint end);
+  /// empty in one process.
+  detail::worker_sum worker_sum;
+
   /// Multi-worker: this process's cluster connections (node/cluster_node),
   /// kept while the strategy lives and closed after its replicas stop.
   std::shared_ptr<void> cluster;
