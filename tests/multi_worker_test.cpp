@@ -161,7 +161,8 @@ private:
 /// `replicas[i]` replicas on worker i, each running the worker program with
 /// `args`; the workers, started.
 std::vector<process> start_cluster(const temp_folder& folder, const std::vector<int>& replicas,
-                                   const std::vector<std::string>& args) {
+                                   const std::vector<std::string>& args,
+                                   const std::vector<std::string>& last_worker_environment = {}) {
   std::string workers;
   for (std::size_t i = 0; i < replicas.size(); ++i)
     workers += (i == 0 ? "\"127.0.0.1:" : ",\"127.0.0.1:") + std::to_string(free_port()) + "\"";
@@ -171,12 +172,15 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
     argv.insert(argv.end(), args.begin(), args.end());
     const auto config = "TF_CONFIG={\"cluster\":{\"worker\":[" + workers
                         + "]},\"task\":{\"type\":\"worker\",\"index\":" + std::to_string(i) + "}}";
-    processes.push_back(spawn(argv,
-                              environment_with({config,
-                                                "LOCKSTEP_CLUSTER_TOKEN=multi-worker-test-token-0123",
-                                                "LOCKSTEP_JOB_ID=multi-worker-test",
-                                                "LOCKSTEP_REPLICAS_PER_WORKER="
-                                                  + std::to_string(replicas[i])}),
+    std::vector<std::string> environment{config,
+                                         "LOCKSTEP_CLUSTER_TOKEN=multi-worker-test-token-0123",
+                                         "LOCKSTEP_JOB_ID=multi-worker-test",
+                                         "LOCKSTEP_REPLICAS_PER_WORKER="
+                                           + std::to_string(replicas[i])};
+    if (i + 1 == replicas.size())
+      environment.insert(environment.end(), last_worker_environment.begin(),
+                         last_worker_environment.end());
+    processes.push_back(spawn(argv, environment_with(environment),
                               folder.path() / ("worker" + std::to_string(i) + ".txt")));
   }
   return processes;
@@ -228,6 +232,32 @@ TEST_CASE("a worker killed or frozen before a collective: every survivor raises 
     ::waitpid(last.pid, &status, 0);
     CHECK(WIFSIGNALED(status));
   }
+}
+
+TEST_CASE("a worker killed or frozen inside an all-reduce, at each phase: every survivor raises "
+          "peer_lost_error") {
+  // LOCKSTEP_FAULT counts arrivals (runtime/fault_injection.hpp): the
+  // first all-reduce, of one element, passes the ring's agreement and an
+  // all-gather too, so the second all-reduce's are the second arrivals.
+  for (const std::string phase : {"agree", "reduce-scatter", "all-gather", "fan-out"})
+    for (const std::string how : {"kill", "stop"}) {
+      CAPTURE(phase);
+      CAPTURE(how);
+      temp_folder folder;
+      const auto fault = "LOCKSTEP_FAULT=" + phase + ":" + how + (phase == "agree" || phase == "all-gather" ? ":2" : "");
+      auto processes = start_cluster(folder, {2, 2, 2}, {"lost", how, phase}, {fault});
+      auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
+      wait_all(survivors, 60s);
+      require_all_ok(survivors, "ok lost");
+      auto& last = processes.back();
+      ::kill(last.pid, SIGKILL); // frozen, or dead already
+      int status = 0;
+      ::waitpid(last.pid, &status, 0);
+      CHECK_MESSAGE(WIFSIGNALED(status), last.text());
+      CHECK(last.text().find("LOCKSTEP_FAULT: " + std::string(how == "kill" ? "killed" : "stopped")
+                             + " at " + phase)
+            != std::string::npos);
+    }
 }
 
 TEST_CASE("a worker with another replica count is refused naming the field") {

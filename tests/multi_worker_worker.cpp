@@ -13,6 +13,8 @@
 //   lost kill|stop  the last worker dies (SIGKILL) or freezes (SIGSTOP)
 //                 before a collective: every other raises peer_lost_error
 //                 naming it
+//   lost kill|stop PHASE  the same inside an all-reduce, at PHASE (the
+//                 test sets LOCKSTEP_FAULT in the last worker's environment)
 //   refused       (worker 1 is given other replicas per worker) worker 1
 //                 is refused naming the field; the coordinator's join
 //                 times out naming worker 1
@@ -274,6 +276,43 @@ void mismatch(multi_worker_mirrored_strategy& s) {
   std::printf("ok mismatch\n");
 }
 
+/// The last worker is killed or frozen inside the second all-reduce, at
+/// the phase the test set in its LOCKSTEP_FAULT; the others must raise
+/// peer_lost_error naming it, in that all-reduce, or in the next one where
+/// they got every block before it was lost (during the all-gather or the
+/// fan-out, a worker may hold the whole result already).
+void lost_in_phase(multi_worker_mirrored_strategy& s, const std::string& phase) {
+  const auto sum_of = [&](std::int64_t n) {
+    return s.run([&](replica_context& ctx) {
+      return ctx.all_reduce(reduce_op::sum, tensor::filled(dtype::f32, {n}, 1.0, current_device()));
+    });
+  };
+  sum_of(1);
+  const auto last = s.cluster().world_size - 1;
+  const auto big = 100'003; // the ring path, several blocks a segment
+  try {
+    const auto sums = sum_of(big); // where it completes, with every worker's data
+    for (const auto& sum : sums.values())
+      require(sum.at<float>(big - 1) == static_cast<float>(s.num_replicas_in_sync()),
+              "a completed all_reduce holds every replica's data");
+    if (rank_of(s) == last) {
+      std::fprintf(stderr, "the fault at %s did not fire\n", phase.c_str());
+      std::_Exit(5);
+    }
+    if (phase == "agree" || phase == "reduce-scatter")
+      throw std::runtime_error("an all_reduce that lost worker " + std::to_string(last) + " at "
+                               + phase + " succeeded");
+    sum_of(big);
+    throw std::runtime_error("an all_reduce after the loss succeeded");
+  } catch (const peer_lost_error& e) {
+    const std::string text = e.what();
+    require(text.find("worker " + std::to_string(last)) != std::string::npos,
+            "peer_lost_error names worker " + std::to_string(last) + ": " + text);
+    std::printf("peer lost at %s: %s\n", phase.c_str(), e.what());
+  }
+  std::printf("ok lost\n");
+}
+
 void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
   const auto sum_once = [&] {
     return s.run([&](replica_context& ctx) {
@@ -330,6 +369,8 @@ int main(int argc, char** argv) {
       collectives(s);
     else if (scenario == "mismatch")
       mismatch(s);
+    else if (scenario == "lost" && argc > 3)
+      lost_in_phase(s, argv[3]);
     else if (scenario == "lost" && argc > 2)
       lost(s, argv[2]);
     else

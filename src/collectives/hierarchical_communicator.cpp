@@ -1,5 +1,7 @@
 #include "collectives/hierarchical_communicator.hpp"
 
+#include "runtime/fault_injection.hpp"
+
 #include "lockstep/error.hpp"
 
 #include <cstring>
@@ -78,6 +80,7 @@ void hierarchical_communicator::staged(std::size_t local, std::span<tensor> resu
   }
   if (local_failure)
     std::rethrow_exception(local_failure); // the local ranks already threw it
+  fault_point("fan-out");
   local_->broadcast(0, 0, results, with_failure(options, failure));
 }
 

@@ -2,6 +2,7 @@
 
 #include "devices/elementwise_loops.hpp"
 #include "runtime/error_value.hpp"
+#include "runtime/fault_injection.hpp"
 #include "transport/tcp/little_endian.hpp"
 
 #include "lockstep/error.hpp"
@@ -180,16 +181,22 @@ void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<s
       const auto receiving = at < mine.size() ? std::min(chunk, mine.size() - at) : 0;
       links.exchange(out.subspan(at, sending), std::span(scratch).first(receiving), deadline);
       combine(op, type, mine.data() + at, scratch.data(), receiving);
+      if (t == 0 && at == 0)
+        fault_point("reduce-scatter");
     }
   }
-  for (std::size_t t = 0; t + 1 < world; ++t)
+  for (std::size_t t = 0; t + 1 < world; ++t) {
     links.exchange(segment(rank - t), segment(rank - t - 1), deadline);
+    if (t == 0)
+      fault_point("all-gather");
+  }
 }
 
 } // namespace
 
 void ring_agree(ring_links& links, const collective_fingerprint& mine,
                 io_clock::time_point deadline, const std::exception_ptr& failure) {
+  fault_point("agree");
   const auto world = links.world;
   std::vector<bytes> records(world);
   records[links.rank] = encode(mine);
@@ -264,9 +271,12 @@ void ring_all_gather(ring_links& links, std::span<std::uint8_t> data,
                       + " bytes are not " + std::to_string(world) + " equal blocks");
   const auto block = data.size() / world;
   const auto rank = links.rank + world;
-  for (std::size_t t = 0; t + 1 < world; ++t)
+  for (std::size_t t = 0; t + 1 < world; ++t) {
     links.exchange(data.subspan((rank - t) % world * block, block),
                    data.subspan((rank - t - 1) % world * block, block), deadline);
+    if (t == 0)
+      fault_point("all-gather");
+  }
 }
 
 void ring_broadcast(ring_links& links, std::size_t root, std::span<std::uint8_t> data,
