@@ -82,6 +82,7 @@
 
 #include "lockstep/lockstep.hpp"
 
+#include "allreduce_workers.hpp"
 #include "bench_support.hpp"
 
 #include <nlohmann/json.hpp>
@@ -176,6 +177,7 @@ struct options {
   std::size_t memory = 4 * gib;
   std::size_t max_tensors = std::size_t{1} << 18;
   std::vector<std::size_t> cpus;
+  std::vector<std::size_t> workers; // --workers: the table between processes instead
   std::string json;
 
   double budget_s() const { return static_cast<double>(budget_ms) / 1000.0; }
@@ -202,6 +204,9 @@ constexpr std::string_view usage = R"(usage: allreduce [options]
   --memory BYTES         cap on the rotated buffer sets (default 4 GiB)
   --max-tensors N        cap on the rotated tensors (default 262144)
   --cpus LIST            run on these CPUs only
+  --workers LIST         instead of the tables: the all-reduce between this many
+                         worker processes (at least 2, e.g. 2,4) of one replica,
+                         over --sizes, against the loopback TCP bound
   --json FILE            also write {"copy_gbs": ..., "rows": [...]} to FILE
 Environment: the LOCKSTEP_* variables of lockstep::runtime_options apply.
 )";
@@ -246,6 +251,8 @@ options parse_options(int argc, char** argv) {
       opts.max_tensors = parse_count(flag, value);
     else if (flag == "--cpus")
       opts.cpus = parse_list(flag, value, 0);
+    else if (flag == "--workers")
+      opts.workers = parse_list(flag, value, 2);
     else if (flag == "--json")
       opts.json = value;
     else
@@ -1036,6 +1043,9 @@ int main(int argc, char** argv) {
     const auto opts = parse_options(argc, argv);
     if (!opts.cpus.empty())
       pin_to(opts.cpus); // before any thread exists
+    if (!opts.workers.empty()) // forks: before any thread exists too
+      return lockstep::bench::run_between_workers(
+        {opts.workers, opts.sizes, opts.reps, opts.budget_ms, opts.json});
     const auto run_start = clock_type::now();
     const load_meter run_load;
     const auto& rt = lockstep::get_runtime_options();

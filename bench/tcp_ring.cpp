@@ -15,11 +15,12 @@
 //
 // The bound (network.md §1.5): a ring all-reduce pushes 2(W−1)·S bytes
 // through loopback TCP, each copied into and out of the kernel on a 2-core
-// box. Measured first: two processes, each sending 64 MiB messages to the
-// other while receiving the other's (two opposite streams, the ring's own
-// exchange), for about --budget-ms; the total payload rate P (both
-// directions) is the most the box moves. The bound on algbw is P / (2(W−1)); "of bound" is algbw over
-// it. The median of --reps samples.
+// box. Measured first (worker_processes.hpp): two processes, each sending
+// 64 MiB messages to the other while receiving the other's (two opposite
+// streams, the ring's own exchange), for about --budget-ms; the total
+// payload rate P (both directions) is the most the box moves. The bound on
+// algbw is P / (2(W−1)); "of bound" is algbw over it. The median of --reps
+// samples.
 //
 // Internals only (ring_links, ring_all_reduce): the strategy over this ring
 // comes with the multi-worker strategy.
@@ -27,11 +28,11 @@
 #include "transport/tcp/ring_collectives.hpp"
 
 #include "bench_support.hpp"
+#include "worker_processes.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,9 +48,11 @@ namespace {
 
 namespace asio = boost::asio;
 using namespace lockstep::detail;
+using lockstep::bench::loopback_stream_rates;
 using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
+using lockstep::bench::run_processes;
 using lockstep::bench::size_string;
 using lockstep::bench::summarize;
 using clock_type = std::chrono::steady_clock;
@@ -87,26 +90,6 @@ ring_links connect_worker(asio::io_context& context, std::size_t rank, std::size
                {"tcp-ring-bench", 0, static_cast<std::uint32_t>(rank)},
                io_clock::now() + std::chrono::seconds{30});
   return links;
-}
-
-/// The bound, on 2 processes: each sends 64 MiB messages to the other
-/// while receiving the other's (two opposite streams); the total payload
-/// bytes per second, one sample per repetition.
-std::vector<double> stream_rates(ring_links& links, const options& opts) {
-  const std::size_t message = 64 << 20;
-  const std::size_t count = std::max<std::size_t>(2, opts.budget_ms / 30);
-  bytes out(message, 1), in(message);
-  std::vector<double> rates;
-  collective_fingerprint sync;
-  sync.op = "bound";
-  for (std::size_t rep = 0; rep < opts.reps; ++rep) {
-    ring_agree(links, sync, io_clock::now() + std::chrono::seconds{60});
-    const auto start = clock_type::now();
-    for (std::size_t i = 0; i < count; ++i)
-      links.exchange(out, in, io_clock::now() + std::chrono::seconds{60});
-    rates.push_back(2.0 * static_cast<double>(count * message) / seconds_since(start));
-  }
-  return rates;
 }
 
 /// Rank 0's median seconds per all-reduce, one per size.
@@ -156,10 +139,10 @@ std::vector<double> all_reduce_times(ring_links& links, const options& opts) {
   return results;
 }
 
-/// Forks `world` processes that connect a ring and run `work` on it; rank
-/// 0's figures come back through a pipe. Empty when a worker failed.
+/// Runs `work` on each of `world` forked processes connected in a ring;
+/// rank 0's figures, or nothing when a worker failed.
 template <class Work>
-std::vector<double> run_workers(std::size_t world, std::size_t figures, Work work) {
+std::vector<double> run_ring(std::size_t world, std::size_t figures, Work work) {
   asio::io_context context;
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors;
   std::vector<asio::ip::tcp::endpoint> endpoints;
@@ -168,41 +151,11 @@ std::vector<double> run_workers(std::size_t world, std::size_t figures, Work wor
       context, asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}));
     endpoints.push_back(acceptors.back()->local_endpoint());
   }
-  int report[2];
-  if (::pipe(report) != 0)
-    return {};
-  std::vector<pid_t> children;
-  for (std::size_t r = 0; r < world; ++r) {
-    const auto pid = ::fork();
-    if (pid == 0) {
-      try {
-        asio::io_context own;
-        auto links = connect_worker(own, r, world, endpoints, ::dup(acceptors[r]->native_handle()));
-        const auto results = work(links);
-        if (r == 0 && ::write(report[1], results.data(), results.size() * sizeof(double)) < 0)
-          std::_Exit(1);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "tcp_ring: worker %zu: %s\n", r, e.what());
-        std::_Exit(1);
-      }
-      std::_Exit(0);
-    }
-    children.push_back(pid);
-  }
-  ::close(report[1]);
-  std::vector<double> results(figures);
-  const auto wanted = static_cast<ssize_t>(figures * sizeof(double));
-  const auto got = ::read(report[0], results.data(), static_cast<std::size_t>(wanted));
-  ::close(report[0]);
-  bool failed = got != wanted;
-  for (const auto pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-  }
-  if (failed)
-    return {};
-  return results;
+  return run_processes(world, figures, [&](std::size_t rank) {
+    asio::io_context own;
+    auto links = connect_worker(own, rank, world, endpoints, ::dup(acceptors[rank]->native_handle()));
+    return work(links);
+  });
 }
 
 } // namespace
@@ -230,8 +183,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tcp_ring: %s\n%s", e.what(), std::string(usage).c_str());
     return 2;
   }
-  const auto rates =
-    run_workers(2, opts.reps, [&](ring_links& links) { return stream_rates(links, opts); });
+  const auto rates = loopback_stream_rates(opts.reps, opts.budget_ms);
   if (rates.empty()) {
     std::fprintf(stderr, "tcp_ring: the bound's processes failed\n");
     return 1;
@@ -246,7 +198,7 @@ int main(int argc, char** argv) {
   std::printf("| W | bytes | time us | algbw GB/s | busbw GB/s | bound GB/s | of bound |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto world : opts.workers) {
-    const auto seconds = run_workers(world, opts.sizes.size(), [&](ring_links& links) {
+    const auto seconds = run_ring(world, opts.sizes.size(), [&](ring_links& links) {
       return all_reduce_times(links, opts);
     });
     if (seconds.empty()) {

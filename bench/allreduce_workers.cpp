@@ -1,0 +1,175 @@
+// allreduce --workers LIST: the all-reduce between W worker processes on
+// this host, each a multi_worker_mirrored_strategy with one CPU replica,
+// through the public API as an application runs it: the rendezvous, the
+// authenticated loopback ring, the in-process stages around it.
+//
+// For each W the benchmark forks W processes (worker_processes.hpp); they
+// meet at a coordinator on a free loopback port. For each size S every
+// worker's replica holds S bytes of float32 (rank + 1 in every element): a
+// first all-reduce is checked against the closed form W(W+1)/2, then
+// zeros are reduced (a SUM that stays 0). A calibration of 3 calls sets
+// K, the calls in a repetition of about --budget-ms (the largest K any
+// worker wants, agreed through strategy.reduce); each repetition is one
+// `strategy.run` in which the replica first meets the others in a 4-byte
+// all-reduce and then runs K in-place ctx.all_reduce calls, timed on the
+// replica thread. Rank 0 reports the median time per call over --reps
+// repetitions. algbw = S / t, busbw = algbw * 2(W-1)/W (nccl-tests'
+// definitions, GB = 1e9 B).
+//
+// The bound, measured first in the same run (network.md §1.5): the total
+// payload rate P of two concurrent opposite loopback TCP streams of 64 MiB
+// messages; a ring all-reduce moves 2(W-1)·S bytes through loopback, so
+// algbw <= P / 2(W-1). `bench/tcp_ring` times the ring alone, without the
+// strategy.
+
+#include "allreduce_workers.hpp"
+
+#include "bench_support.hpp"
+#include "worker_processes.hpp"
+
+#include "lockstep/lockstep.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+namespace lockstep::bench {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// A loopback port that was free a moment ago, for the coordinator.
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    throw std::runtime_error("allreduce --workers: no free loopback port");
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+/// Seconds per all-reduce of each size: one worker's figures.
+std::vector<double> worker_times(std::size_t rank, std::size_t world, std::uint16_t port,
+                                 const worker_table_options& options) {
+  cluster_options cluster;
+  cluster.world_size = world;
+  cluster.rank = rank;
+  cluster.local_world_size = world; // all on this host
+  cluster.local_rank = rank;
+  cluster.coordinator = "127.0.0.1:" + std::to_string(port);
+  cluster.listen = "127.0.0.1:0";
+  cluster.job_id = "bench-allreduce-" + std::to_string(port);
+  multi_worker_mirrored_strategy strategy{cluster_resolver{cluster, {}},
+                                          {.local_devices = cpu_devices(1)}};
+  std::vector<double> results;
+  for (const auto size : options.sizes) {
+    const auto elements = static_cast<std::int64_t>(size / 4);
+    const auto expected = static_cast<float>(world * (world + 1) / 2);
+    const auto checked = strategy.run([&](replica_context& ctx) {
+      auto sum = ctx.all_reduce(
+        reduce_op::sum, tensor::filled(dtype::f32, {elements}, static_cast<double>(rank + 1)));
+      const auto values = sum.data<float>();
+      return std::all_of(values.begin(), values.end(), [&](float x) { return x == expected; });
+    });
+    if (!checked[0])
+      throw std::runtime_error(size_string(size) + ": the sum is not W(W+1)/2");
+    // Seconds per call over `calls` in-place all-reduces, after a meeting.
+    const auto timed = [&](std::int64_t calls) {
+      return strategy.run([&](replica_context& ctx) {
+        ctx.all_reduce(reduce_op::sum, tensor::scalar(0.0f));
+        auto buffer = tensor::zeros(dtype::f32, {elements});
+        const auto start = clock_type::now();
+        for (std::int64_t c = 0; c < calls; ++c)
+          buffer = ctx.all_reduce(reduce_op::sum, std::move(buffer));
+        const std::chrono::duration<double> seconds = clock_type::now() - start;
+        return seconds.count() / static_cast<double>(calls);
+      })[0];
+    };
+    const auto probe = std::max(timed(3), 1e-7);
+    const auto wanted = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(static_cast<double>(options.budget_ms) / 1000.0 / probe), 1,
+      100000);
+    const auto calls = strategy.reduce(reduce_op::max, wanted); // the same on every worker
+    std::vector<double> samples;
+    for (std::size_t rep = 0; rep < options.reps; ++rep)
+      samples.push_back(timed(calls));
+    results.push_back(summarize(samples).median);
+  }
+  return results;
+}
+
+void write_rows(const std::string& path, double bound_rate, const nlohmann::json& rows) {
+  nlohmann::json out;
+  out["bound_gbs_total"] = bound_rate / 1e9;
+  out["rows"] = rows;
+  out["targets"] = nlohmann::json::array(); // the comparison with peers adds them
+  write_json_file(path, out.dump(2));
+}
+
+} // namespace
+
+int run_between_workers(const worker_table_options& options) {
+  const auto rates = loopback_stream_rates(options.reps, options.budget_ms);
+  if (rates.empty()) {
+    std::fprintf(stderr, "allreduce: the bound's processes failed\n");
+    return 1;
+  }
+  const auto rate = summarize(rates).median;
+  std::printf("allreduce --workers: SUM of float32 between worker processes on this host, "
+              "multi_worker_mirrored_strategy with 1 CPU replica each (ctx.all_reduce in place), "
+              "median of %zu reps of ~%zu ms; GB = 1e9 B\n",
+              options.reps, options.budget_ms);
+  std::printf("bound: two opposite loopback streams of 64 MiB messages move %.2f GB/s in all; "
+              "algbw <= that / 2(W-1)\n\n",
+              rate / 1e9);
+  std::printf("| W | bytes | time us | algbw GB/s | busbw GB/s | bound GB/s | of bound |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::fflush(stdout);
+  auto rows = nlohmann::json::array();
+  for (const auto world : options.workers) {
+    const auto port = free_port();
+    const auto seconds = run_processes(world, options.sizes.size(), [&](std::size_t rank) {
+      return worker_times(rank, world, port, options);
+    });
+    if (seconds.empty()) {
+      std::fprintf(stderr, "allreduce: a worker of %zu failed\n", world);
+      return 1;
+    }
+    const auto bound = rate / (2.0 * static_cast<double>(world - 1));
+    for (std::size_t i = 0; i < options.sizes.size(); ++i) {
+      const auto bytes = options.sizes[i];
+      const auto algbw = static_cast<double>(bytes) / seconds[i];
+      const auto busbw = algbw * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
+      std::printf("| %zu | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", world,
+                  size_string(bytes).c_str(), seconds[i] * 1e6, algbw / 1e9, busbw / 1e9,
+                  bound / 1e9, 100.0 * algbw / bound);
+      rows.push_back({{"workers", world},
+                      {"bytes", bytes},
+                      {"seconds", seconds[i]},
+                      {"algbw_gbs", algbw / 1e9},
+                      {"busbw_gbs", busbw / 1e9},
+                      {"bound_gbs", bound / 1e9}});
+    }
+    std::fflush(stdout);
+  }
+  if (!options.json.empty()) {
+    write_rows(options.json, rate, rows);
+    std::printf("\nwrote %s\n", options.json.c_str());
+  }
+  return 0;
+}
+
+} // namespace lockstep::bench

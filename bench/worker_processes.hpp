@@ -1,0 +1,76 @@
+#pragma once
+
+// Worker processes for the benchmarks between processes (tcp_ring,
+// allreduce --workers): fork W workers on this host and collect rank 0's
+// figures, and the loopback TCP bound those benchmarks compare with.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <vector>
+
+namespace lockstep::bench {
+
+/// Forks `world` processes, each running `work(rank)`; rank 0's result
+/// (`figures` numbers) comes back through a pipe. Call it before this
+/// process starts any thread (an actor system, a strategy): a forked child
+/// has only the forking thread. Empty when a worker failed.
+template <class Work>
+std::vector<double> run_processes(std::size_t world, std::size_t figures, Work work) {
+  int report[2];
+  if (::pipe(report) != 0)
+    return {};
+  std::vector<pid_t> children;
+  for (std::size_t rank = 0; rank < world; ++rank) {
+    const auto pid = ::fork();
+    if (pid == 0) {
+      ::close(report[0]);
+      try {
+        const std::vector<double> results = work(rank);
+        const auto bytes = results.size() * sizeof(double);
+        if (rank == 0 && ::write(report[1], results.data(), bytes) != static_cast<ssize_t>(bytes))
+          std::_Exit(1);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "worker %zu of %zu: %s\n", rank, world, e.what());
+        std::_Exit(1);
+      }
+      std::_Exit(0);
+    }
+    if (pid > 0)
+      children.push_back(pid);
+  }
+  ::close(report[1]);
+  std::vector<double> results(figures);
+  const auto wanted = static_cast<ssize_t>(figures * sizeof(double));
+  ssize_t got = 0;
+  while (got < wanted) {
+    const auto n = ::read(report[0], reinterpret_cast<char*>(results.data()) + got,
+                          static_cast<std::size_t>(wanted - got));
+    if (n <= 0)
+      break;
+    got += n;
+  }
+  ::close(report[0]);
+  bool failed = got != wanted || children.size() != world;
+  for (const auto pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  if (failed)
+    return {};
+  return results;
+}
+
+/// The bound of an all-reduce between processes on this host (network.md
+/// §1.5): two processes each send 64 MiB messages to the other over
+/// loopback TCP while receiving the other's (two opposite streams, a ring's
+/// own exchange) for about `budget_ms`; the total payload bytes per second
+/// of both directions, one sample per repetition. Empty when it failed.
+std::vector<double> loopback_stream_rates(std::size_t reps, std::size_t budget_ms);
+
+} // namespace lockstep::bench
