@@ -90,6 +90,10 @@ void hierarchical_communicator::all_reduce(std::size_t rank, reduce_op op,
                                            const collective_options& options,
                                            std::uint64_t first_seq) {
   const auto local = local_rank(rank, "all_reduce");
+  if (local_->size() == 1) { // one replica a worker: the local stages would only copy
+    leaders_->all_reduce(group_index_, op, inputs, outputs, options);
+    return;
+  }
   const auto stage_op = op == reduce_op::mean ? reduce_op::sum : op;
   staged(
     local, outputs, options,

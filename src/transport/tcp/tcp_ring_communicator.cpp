@@ -154,6 +154,14 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
     run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
       if (total == 0) // nothing to move (and memcpy must not see a null buffer)
         return;
+      if (last - first == 1) { // one tensor: reduced in its output, no packing
+        const auto out = bytes_of(outputs[first]);
+        const auto in = bytes_of(inputs[first]);
+        if (in.data() != out.data())
+          std::memcpy(out.data(), in.data(), in.size());
+        ring_all_reduce(links_, op, inputs[first].dtype(), out, deadline);
+        return;
+      }
       bytes buffer(total);
       std::size_t at = 0;
       for (auto i = first; i < last; ++i) {
