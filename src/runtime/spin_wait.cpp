@@ -3,6 +3,7 @@
 #include "lockstep/runtime_options.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include <sched.h>
@@ -19,6 +20,17 @@ std::size_t usable_cpus() {
 std::chrono::microseconds spin_budget(std::size_t threads) {
   return threads <= usable_cpus() ? get_runtime_options().spin_wait
                                   : std::chrono::microseconds{0};
+}
+
+std::chrono::microseconds spin_budget_on_this_host() {
+  // "0.52 0.58 0.59 3/467 12345": the fourth field is runnable/all.
+  std::FILE* file = std::fopen("/proc/loadavg", "r");
+  if (file == nullptr)
+    return std::chrono::microseconds{0};
+  unsigned long runnable = 0;
+  const bool read = std::fscanf(file, "%*s %*s %*s %lu/", &runnable) == 1;
+  std::fclose(file);
+  return read ? spin_budget(runnable) : std::chrono::microseconds{0};
 }
 
 } // namespace lockstep::detail

@@ -17,4 +17,9 @@ std::size_t usable_cpus();
 /// else 0 (sleep at once).
 std::chrono::microseconds spin_budget(std::size_t threads);
 
+/// For waits on another process (the ring between workers): spin_budget of
+/// the threads runnable on this host right now, every process's (the
+/// kernel's count in /proc/loadavg, this thread included); 0 when unknown.
+std::chrono::microseconds spin_budget_on_this_host();
+
 } // namespace lockstep::detail

@@ -2,6 +2,8 @@
 
 #include "transport/tcp/authenticate.hpp"
 
+#include "runtime/spin_wait.hpp"
+
 #include "lockstep/error.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -44,6 +46,8 @@ void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint
   prev.non_blocking(true);
   std::size_t sent = 0;
   std::size_t received = 0;
+  const auto budget = spin_budget();
+  auto idle_since = io_clock::time_point{};
   while (sent < out.size() || received < in.size()) {
     std::size_t moved = 0;
     if (sent < out.size()) {
@@ -56,8 +60,17 @@ void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint
       received += n;
       moved += n;
     }
-    if (moved > 0)
+    if (moved > 0) {
+      idle_since = {};
       continue;
+    }
+    if (budget.count() > 0) {
+      const auto now = io_clock::now();
+      if (idle_since == io_clock::time_point{})
+        idle_since = now;
+      if (now - idle_since < budget)
+        continue;
+    }
     pollfd fds[2] = {{next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
                      {prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
     if (!poll_until(fds, deadline))
@@ -66,6 +79,15 @@ void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint
           ? "no data came from " + worker(prev_rank()) + " before the deadline"
           : worker(next_rank()) + " did not take the data sent to it before the deadline");
   }
+}
+
+std::chrono::microseconds ring_links::spin_budget() {
+  const auto now = io_clock::now();
+  if (now - spin_checked > std::chrono::milliseconds{10}) {
+    spin = spin_budget_on_this_host();
+    spin_checked = now;
+  }
+  return spin;
 }
 
 void ring_links::close() noexcept {

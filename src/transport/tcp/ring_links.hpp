@@ -7,6 +7,7 @@
 // with full socket buffers. The ring collectives (ring_collectives.hpp)
 // are built on it. No CAF: tested under ThreadSanitizer.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -27,7 +28,10 @@ struct ring_links {
   std::size_t prev_rank() const { return (rank + world - 1) % world; }
 
   /// Sends `out` to the next rank while it receives `in` from the previous
-  /// one, until both are done. Throws connection_closed naming the
+  /// one, until both are done. When neither can move, it retries for up to
+  /// runtime_options::spin_wait while this host's runnable threads fit on
+  /// its CPUs (a woken thread takes tens of microseconds to run), else it
+  /// sleeps in poll(2) at once. Throws connection_closed naming the
   /// neighbour whose connection closed, lockstep::timeout_error naming the
   /// neighbour it waited for when the deadline passes first.
   void exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
@@ -40,6 +44,12 @@ struct ring_links {
   /// objects, so another thread may call it while one exchanges: the
   /// exchange and the neighbours' fail at once.
   void shut_down() noexcept;
+
+  /// How long exchange() may spin, looked up again every 10 ms (its cache
+  /// below; the struct stays an aggregate of the four fields above).
+  std::chrono::microseconds spin_budget();
+  std::chrono::microseconds spin{0};
+  io_clock::time_point spin_checked{};
 };
 
 /// Connects `links` (rank, world and two unconnected sockets on one
