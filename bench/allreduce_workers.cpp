@@ -31,8 +31,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,16 +47,11 @@ using clock_type = std::chrono::steady_clock;
 
 /// A loopback port that was free a moment ago, for the coordinator.
 std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0
-      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+  const auto [fd, port] = listen_on_loopback();
+  if (fd < 0)
     throw std::runtime_error("allreduce --workers: no free loopback port");
   ::close(fd);
-  return ntohs(address.sin_port);
+  return port;
 }
 
 /// Seconds per all-reduce of each size: one worker's figures.
@@ -135,8 +128,7 @@ int run_between_workers(const worker_table_options& options) {
   std::printf("bound: two opposite loopback streams of 64 MiB messages move %.2f GB/s in all; "
               "algbw <= that / 2(W-1)\n\n",
               rate / 1e9);
-  std::printf("| W | bytes | time us | algbw GB/s | busbw GB/s | bound GB/s | of bound |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+  print_worker_table_header();
   std::fflush(stdout);
   auto rows = nlohmann::json::array();
   for (const auto world : options.workers) {
@@ -148,20 +140,14 @@ int run_between_workers(const worker_table_options& options) {
       std::fprintf(stderr, "allreduce: a worker of %zu failed\n", world);
       return 1;
     }
-    const auto bound = rate / (2.0 * static_cast<double>(world - 1));
     for (std::size_t i = 0; i < options.sizes.size(); ++i) {
-      const auto bytes = options.sizes[i];
-      const auto algbw = static_cast<double>(bytes) / seconds[i];
-      const auto busbw = algbw * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
-      std::printf("| %zu | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", world,
-                  size_string(bytes).c_str(), seconds[i] * 1e6, algbw / 1e9, busbw / 1e9,
-                  bound / 1e9, 100.0 * algbw / bound);
+      const auto f = print_worker_row(world, options.sizes[i], seconds[i], rate);
       rows.push_back({{"workers", world},
-                      {"bytes", bytes},
+                      {"bytes", options.sizes[i]},
                       {"seconds", seconds[i]},
-                      {"algbw_gbs", algbw / 1e9},
-                      {"busbw_gbs", busbw / 1e9},
-                      {"bound_gbs", bound / 1e9}});
+                      {"algbw_gbs", f.algbw / 1e9},
+                      {"busbw_gbs", f.busbw / 1e9},
+                      {"bound_gbs", f.bound / 1e9}});
     }
     std::fflush(stdout);
   }

@@ -52,8 +52,9 @@ using lockstep::bench::loopback_stream_rates;
 using lockstep::bench::parse_count;
 using lockstep::bench::parse_flags;
 using lockstep::bench::parse_list;
+using lockstep::bench::print_worker_row;
+using lockstep::bench::print_worker_table_header;
 using lockstep::bench::run_processes;
-using lockstep::bench::size_string;
 using lockstep::bench::summarize;
 using clock_type = std::chrono::steady_clock;
 
@@ -195,8 +196,7 @@ int main(int argc, char** argv) {
   std::printf("bound: two opposite loopback streams of 64 MiB messages move %.2f GB/s in all; "
               "algbw <= that / 2(W-1)\n\n",
               rate / 1e9);
-  std::printf("| W | bytes | time us | algbw GB/s | busbw GB/s | bound GB/s | of bound |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+  print_worker_table_header();
   for (const auto world : opts.workers) {
     const auto seconds = run_ring(world, opts.sizes.size(), [&](ring_links& links) {
       return all_reduce_times(links, opts);
@@ -205,14 +205,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "tcp_ring: a worker of %zu failed\n", world);
       return 1;
     }
-    const auto bound = rate / (2.0 * static_cast<double>(world - 1));
-    for (std::size_t i = 0; i < opts.sizes.size(); ++i) {
-      const auto algbw = static_cast<double>(opts.sizes[i]) / seconds[i];
-      const auto busbw = algbw * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
-      std::printf("| %zu | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", world,
-                  size_string(opts.sizes[i]).c_str(), seconds[i] * 1e6, algbw / 1e9, busbw / 1e9,
-                  bound / 1e9, 100.0 * algbw / bound);
-    }
+    for (std::size_t i = 0; i < opts.sizes.size(); ++i)
+      print_worker_row(world, opts.sizes[i], seconds[i], rate);
   }
   return 0;
 }

@@ -3,6 +3,8 @@
 
 #include "worker_processes.hpp"
 
+#include "bench_support.hpp"
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -107,17 +109,26 @@ std::vector<double> stream(int fd, std::size_t reps, std::size_t count) {
 
 } // namespace
 
-std::vector<double> loopback_stream_rates(std::size_t reps, std::size_t budget_ms) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+loopback_listener listen_on_loopback() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof address;
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0
-      || ::listen(listener, 1) != 0
-      || ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0
+      || ::listen(fd, 1) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd >= 0)
+      ::close(fd);
+    return {-1, 0};
+  }
+  return {fd, ntohs(address.sin_port)};
+}
+
+std::vector<double> loopback_stream_rates(std::size_t reps, std::size_t budget_ms) {
+  const auto [listener, port] = listen_on_loopback();
+  if (listener < 0)
     return {};
-  const auto port = ntohs(address.sin_port);
   // About 30 ms a message on the 2-core VM.
   const auto count = std::max<std::size_t>(2, budget_ms / 30);
   auto rates = run_processes(2, reps, [&](std::size_t rank) {
@@ -128,6 +139,24 @@ std::vector<double> loopback_stream_rates(std::size_t reps, std::size_t budget_m
   });
   ::close(listener);
   return rates;
+}
+
+void print_worker_table_header() {
+  std::printf("| W | bytes | time us | algbw GB/s | busbw GB/s | bound GB/s | of bound |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+}
+
+worker_figures print_worker_row(std::size_t world, std::size_t bytes, double seconds,
+                                double stream_rate) {
+  const auto w = static_cast<double>(world);
+  worker_figures f{};
+  f.algbw = static_cast<double>(bytes) / seconds;
+  f.busbw = f.algbw * 2.0 * (w - 1) / w;
+  f.bound = stream_rate / (2.0 * (w - 1));
+  std::printf("| %zu | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", world,
+              size_string(bytes).c_str(), seconds * 1e6, f.algbw / 1e9, f.busbw / 1e9,
+              f.bound / 1e9, 100.0 * f.algbw / f.bound);
+  return f;
 }
 
 } // namespace lockstep::bench

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -66,11 +67,37 @@ std::vector<double> run_processes(std::size_t world, std::size_t figures, Work w
   return results;
 }
 
+/// A TCP socket listening on a free loopback port, and that port; -1 and 0
+/// when none could be opened.
+struct loopback_listener {
+  int fd;
+  std::uint16_t port;
+};
+loopback_listener listen_on_loopback();
+
 /// The bound of an all-reduce between processes on this host (network.md
 /// §1.5): two processes each send 64 MiB messages to the other over
 /// loopback TCP while receiving the other's (two opposite streams, a ring's
 /// own exchange) for about `budget_ms`; the total payload bytes per second
 /// of both directions, one sample per repetition. Empty when it failed.
 std::vector<double> loopback_stream_rates(std::size_t reps, std::size_t budget_ms);
+
+/// One all-reduce figure between workers, in bytes per second: algbw = S /
+/// t, busbw = algbw · 2(W−1)/W (nccl-tests' definitions) and the bound P /
+/// 2(W−1) from the two streams' total rate P.
+struct worker_figures {
+  double algbw;
+  double busbw;
+  double bound;
+};
+
+/// The header of the table that print_worker_row fills.
+void print_worker_table_header();
+
+/// Prints the row "| W | bytes | time us | algbw | busbw | bound | of
+/// bound |" (GB/s, GB = 1e9 B) of `bytes` reduced in `seconds` among
+/// `world` workers, and returns its figures.
+worker_figures print_worker_row(std::size_t world, std::size_t bytes, double seconds,
+                                double stream_rate);
 
 } // namespace lockstep::bench

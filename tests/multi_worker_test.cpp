@@ -196,6 +196,20 @@ void require_all_ok(const std::vector<process>& processes, const std::string& ex
   }
 }
 
+/// The last worker of `processes` was killed or froze itself: the others
+/// must end well, having printed "ok lost"; it is reaped (killed first if
+/// frozen) and must have ended by a signal.
+void check_survivors_and_victim(std::vector<process>& processes) {
+  auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
+  wait_all(survivors, 60s);
+  require_all_ok(survivors, "ok lost");
+  auto& last = processes.back();
+  ::kill(last.pid, SIGKILL); // frozen, or dead already
+  int status = 0;
+  ::waitpid(last.pid, &status, 0);
+  CHECK_MESSAGE(WIFSIGNALED(status), last.text());
+}
+
 } // namespace
 
 TEST_CASE("every op, dtype and size, 1 to 4 workers x 1 and 2 replicas, against closed forms") {
@@ -223,14 +237,7 @@ TEST_CASE("a worker killed or frozen before a collective: every survivor raises 
     CAPTURE(how);
     temp_folder folder;
     auto processes = start_cluster(folder, {1, 1, 1}, {"lost", how});
-    auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
-    wait_all(survivors, 60s);
-    require_all_ok(survivors, "ok lost");
-    auto& last = processes.back();
-    ::kill(last.pid, SIGKILL); // frozen, or dead already
-    int status = 0;
-    ::waitpid(last.pid, &status, 0);
-    CHECK(WIFSIGNALED(status));
+    check_survivors_and_victim(processes);
   }
 }
 
@@ -244,18 +251,13 @@ TEST_CASE("a worker killed or frozen inside an all-reduce, at each phase: every 
       CAPTURE(phase);
       CAPTURE(how);
       temp_folder folder;
-      const auto fault = "LOCKSTEP_FAULT=" + phase + ":" + how + (phase == "agree" || phase == "all-gather" ? ":2" : "");
+      const auto fault = "LOCKSTEP_FAULT=" + phase + ":" + how
+                         + (phase == "agree" || phase == "all-gather" ? ":2" : "");
       auto processes = start_cluster(folder, {2, 2, 2}, {"lost", how, phase}, {fault});
-      auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
-      wait_all(survivors, 60s);
-      require_all_ok(survivors, "ok lost");
-      auto& last = processes.back();
-      ::kill(last.pid, SIGKILL); // frozen, or dead already
-      int status = 0;
-      ::waitpid(last.pid, &status, 0);
-      CHECK_MESSAGE(WIFSIGNALED(status), last.text());
-      CHECK(last.text().find("LOCKSTEP_FAULT: " + std::string(how == "kill" ? "killed" : "stopped")
-                             + " at " + phase)
+      check_survivors_and_victim(processes);
+      CHECK(processes.back().text().find("LOCKSTEP_FAULT: "
+                                         + std::string(how == "kill" ? "killed" : "stopped")
+                                         + " at " + phase)
             != std::string::npos);
     }
 }
