@@ -15,7 +15,8 @@
 // state: closures and pointers have no wire format, so these types are
 // CAF_ALLOW_UNSAFE_MESSAGE_TYPE, have no inspect() and are never registered.
 // (abort_message holds only numbers, but it names calls of this process's
-// coordinator: it stays local with the protocol it belongs to.) Between
+// coordinator: it stays local with the protocol it belongs to; so does
+// link_failure, what this process saw of its own connection.) Between
 // processes, results travel as the wire messages instead (an exception as
 // an error_value, a merge's values on the data plane).
 //
@@ -32,6 +33,7 @@
 #include "runtime/error_value.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
 #include <caf/meta/load_callback.hpp>
@@ -91,6 +93,17 @@ struct abort_message {
   std::uint64_t first_seq;
   std::uint64_t last_seq;
 };
+
+/// control links -> node actor: the connection with `peer` closed or
+/// failed (actors/node_actor.hpp).
+struct link_failure {
+  std::uint32_t peer;
+  std::string reason;
+};
+
+/// The node actor's own beat, and the request that stops it.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
 // == serialisable =================================================================
 
@@ -212,3 +225,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(lockstep::actors::replica_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(lockstep::actors::merge_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(lockstep::actors::merge_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(lockstep::actors::abort_message)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(lockstep::actors::link_failure)

@@ -1,14 +1,22 @@
 #include "node/cluster_node.hpp"
 
-#include "node/peer_monitor.hpp"
+#include "node/control_links.hpp"
 #include "node/rendezvous.hpp"
 #include "runtime/log.hpp"
+
+#include "actors/actor_system.hpp"
+#include "actors/messages.hpp"
+#include "actors/node_actor.hpp"
 
 #include "lockstep/error.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include <caf/send.hpp>
+
 #include <algorithm>
+#include <type_traits>
+#include <variant>
 
 namespace lockstep::detail {
 
@@ -39,7 +47,8 @@ asio::ip::tcp::acceptor listen_at(asio::io_context& context, const std::string& 
 } // namespace
 
 cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_settings& settings)
-  : context_(std::make_shared<asio::io_context>()) {
+  : context_(std::make_shared<asio::io_context>()),
+    rank_(static_cast<std::uint32_t>(spec.rank)), heartbeat_interval_(settings.heartbeat_interval) {
   const auto rank = spec.rank;
   const bool coordinator = rank == 0;
   const auto coordinator_port = spec.coordinator ? spec.coordinator->port : 0;
@@ -69,13 +78,52 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   // A killed worker's neighbours see its links close about when the
   // coordinator's word of the loss arrives: give that word a moment.
   ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
-  monitor_ = std::make_unique<peer_monitor>(
-    rank, std::move(joined.control),
-    peer_monitor_settings{settings.heartbeat_interval, settings.peer_timeout},
-    [ring = ring_](const std::string& why) { ring->break_ring(why); });
+  // The node actor watches the peers; control_links carries its messages.
+  links_ = std::make_unique<control_links>(rank, std::move(joined.control),
+                                           settings.heartbeat_interval);
+  system_ = actors::shared_actor_system();
+  auto* control = links_.get();
+  node_ = actors::spawn_node_actor(
+    *system_,
+    {.rank = rank_,
+     .peers = control->peers(),
+     .heartbeat_interval = settings.heartbeat_interval,
+     .peer_timeout = settings.peer_timeout,
+     .send_heartbeat = [control](std::uint32_t peer,
+                                 const actors::heartbeat& beat) { control->post(peer, beat); },
+     .send_abort = [control](std::uint32_t peer,
+                             const actors::collective_abort& abort) { control->post(peer, abort); },
+     .on_lost = [ring = ring_](const std::string& why) { ring->break_ring(why); }});
+  links_->start([node = node_](control_event event) {
+    std::visit(
+      [&](auto& what) {
+        using type = std::decay_t<decltype(what)>;
+        if constexpr (std::is_same_v<type, std::string>)
+          caf::anon_send(node, actors::link_failure{event.peer, std::move(what)});
+        else if constexpr (std::is_same_v<type, actors::heartbeat>) {
+          what.rank = event.peer; // the authenticated connection's rank, not the claim
+          caf::anon_send(node, what);
+        } else
+          caf::anon_send(node, what);
+      },
+      event.what);
+  });
   LOCKSTEP_LOG_INFO("worker {} of {} joined job '{}'", rank, spec.world_size, spec.job_id);
 }
 
-cluster_node::~cluster_node() = default;
+cluster_node::~cluster_node() {
+  if (!links_)
+    return;
+  // A worker whose program ends says goodbye (a heartbeat with sequence 0),
+  // unless its group is broken already.
+  const bool whole = actors::stop_node_actor(*system_, node_, 2 * heartbeat_interval_);
+  if (whole)
+    links_->post_to_all(actors::heartbeat{rank_, 0, 0, 0});
+  // The links' delivery holds a handle of the actor: both go before the
+  // actor system may (its destructor waits for every actor to be gone).
+  links_.reset();
+  node_ = caf::actor{};
+  system_.reset();
+}
 
 } // namespace lockstep::detail

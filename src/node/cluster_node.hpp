@@ -3,9 +3,10 @@
 // cluster_node: this process's place in a multi-worker job, made once by
 // multi_worker_mirrored_strategy: the rendezvous at rank 0 (rendezvous.hpp),
 // the ring of data connections between the workers (the leaders' stage of
-// every collective, tcp_ring_communicator.hpp) and the heartbeats on the
-// control connections (peer_monitor.hpp), which break the ring when a peer
-// is lost so that every pending and later collective raises
+// every collective, tcp_ring_communicator.hpp), and the node actor
+// (actors/node_actor.hpp), which hears the peers' heartbeats through the
+// control connections (control_links.hpp) and breaks the ring when a peer
+// is lost, so that every pending and later collective raises
 // peer_lost_error naming it.
 //
 // Listeners: rank 0 accepts control connections at the coordinator
@@ -19,6 +20,7 @@
 #include "lockstep/cluster_resolver.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <caf/actor.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -26,7 +28,7 @@
 
 namespace lockstep::detail {
 
-class peer_monitor;
+class control_links;
 
 struct node_settings {
   std::uint32_t local_replicas = 1;
@@ -54,9 +56,13 @@ public:
 private:
   // Shared with the ring, whose sockets may outlive this node.
   std::shared_ptr<boost::asio::io_context> context_;
+  std::uint32_t rank_;
   actors::membership membership_;
   std::shared_ptr<tcp_ring_communicator> ring_;
-  std::unique_ptr<peer_monitor> monitor_;
+  std::unique_ptr<control_links> links_;
+  std::shared_ptr<caf::actor_system> system_;
+  caf::actor node_;
+  std::chrono::milliseconds heartbeat_interval_;
 };
 
 } // namespace lockstep::detail

@@ -11,7 +11,8 @@
 // one; a connection that fails the handshake or sends anything but a
 // join_request is dropped. Once every rank has joined, the coordinator
 // sends each the membership (every rank's data address and replicas), and
-// the control connections stay open for the heartbeats (peer_monitor.hpp).
+// the control connections stay open for the heartbeats (control_links.hpp,
+// actors/node_actor.hpp).
 // No CAF actor system: the messages go through CAF's serialiser only.
 
 #include "actors/wire_messages.hpp"
