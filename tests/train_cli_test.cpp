@@ -153,6 +153,15 @@ double without_commas(std::string text) {
   return std::stod(text);
 }
 
+/// A metrics row's epoch, loss and accuracies: its first four fields (not
+/// the times).
+std::string figures(const std::string& row) {
+  auto end = std::string::npos;
+  for (std::size_t field = 0, at = 0; field < 4; ++field, at = end + 1)
+    end = row.find(',', at);
+  return row.substr(0, end);
+}
+
 /// The checkpoint files in `dir`, 0 if there is no such directory.
 int checkpoints_in(const fs::path& dir) {
   int count = 0;
@@ -360,14 +369,39 @@ TEST_CASE("two workers under lockstep-run: the chief alone reports, with one pro
   const auto rows = lines_of(read_file(cluster.metrics()));
   REQUIRE(rows.size() == 3);
   const auto expected = lines_of(read_file(alone.metrics()));
-  // Epoch, loss and accuracies (not the times): the same to the last digit.
-  const auto figures = [](const std::string& row) {
-    auto end = std::string::npos;
-    for (int field = 0, at = 0; field < 4; ++field, at = static_cast<int>(end) + 1)
-      end = row.find(',', static_cast<std::size_t>(at));
-    return row.substr(0, end);
+  for (std::size_t i = 1; i < rows.size(); ++i) // the same to the last digit
+    CHECK(figures(rows[i]) == figures(expected[i]));
+}
+
+TEST_CASE("two workers: the chief alone writes checkpoints, and every worker resumes from them") {
+  const std::vector<std::string> settings{"--seed", "3", "--replicas", "1"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), settings.begin(), settings.end());
+    return more;
   };
-  for (std::size_t i = 1; i < rows.size(); ++i)
+  const workspace straight;
+  const auto whole = run(straight.options(with({"--epochs", "2"})), straight.dir.path(), 2);
+  REQUIRE_MESSAGE(whole.status == 0, whole.out << whole.err);
+
+  const workspace w;
+  const auto checkpoints = (w.dir.path() / "ckpt").string();
+  const auto first =
+    run(w.options(with({"--epochs", "1", "--checkpoint-dir", checkpoints})), w.dir.path(), 2);
+  REQUIRE_MESSAGE(first.status == 0, first.out << first.err);
+  CHECK(checkpoints_in(checkpoints) == 1);
+  CHECK(has(first.err, "[0] saved " + checkpoints + "/ckpt-8.safetensors"));
+  CHECK_FALSE(has(first.out + first.err, "[1] "));
+  // Worker 1 must resume too: had it started again from step 0, the
+  // workers' collectives would not match and the run would fail.
+  const auto second =
+    run(w.options(with({"--epochs", "2", "--checkpoint-dir", checkpoints})), w.dir.path(), 2);
+  REQUIRE_MESSAGE(second.status == 0, second.out << second.err);
+  CHECK(has(second.err, "[0] resumed from " + checkpoints + "/ckpt-8.safetensors at step 8"));
+  CHECK(checkpoints_in(checkpoints) == 2);
+  const auto rows = lines_of(read_file(w.metrics()));
+  const auto expected = lines_of(read_file(straight.metrics()));
+  REQUIRE(rows.size() == expected.size());
+  for (std::size_t i = 1; i < rows.size(); ++i) // the same to the last digit
     CHECK(figures(rows[i]) == figures(expected[i]));
 }
 
