@@ -79,20 +79,25 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   // coordinator's word of the loss arrives: give that word a moment.
   ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
   // The node actor watches the peers; control_links carries its messages.
-  links_ = std::make_unique<control_links>(rank, std::move(joined.control),
+  links_ = std::make_shared<control_links>(rank, std::move(joined.control),
                                            settings.heartbeat_interval);
   system_ = actors::shared_actor_system();
-  auto* control = links_.get();
+  // Weak: should the actor outlive a stop that timed out, it posts nothing.
+  const auto post = [control = std::weak_ptr<control_links>(links_)](std::uint32_t peer,
+                                                                     const control_post& message) {
+    if (const auto links = control.lock())
+      links->post(peer, message);
+  };
   node_ = actors::spawn_node_actor(
     *system_,
     {.rank = rank_,
-     .peers = control->peers(),
+     .peers = links_->peers(),
      .heartbeat_interval = settings.heartbeat_interval,
      .peer_timeout = settings.peer_timeout,
-     .send_heartbeat = [control](std::uint32_t peer,
-                                 const actors::heartbeat& beat) { control->post(peer, beat); },
-     .send_abort = [control](std::uint32_t peer,
-                             const actors::collective_abort& abort) { control->post(peer, abort); },
+     .send_heartbeat = [post](std::uint32_t peer, const actors::heartbeat& beat) { post(peer, beat); },
+     .send_abort = [post](std::uint32_t peer, const actors::collective_abort& abort) {
+       post(peer, abort);
+     },
      .on_lost = [ring = ring_](const std::string& why) { ring->break_ring(why); }});
   links_->start([node = node_](control_event event) {
     std::visit(

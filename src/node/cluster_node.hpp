@@ -59,7 +59,7 @@ private:
   std::uint32_t rank_;
   actors::membership membership_;
   std::shared_ptr<tcp_ring_communicator> ring_;
-  std::unique_ptr<control_links> links_;
+  std::shared_ptr<control_links> links_;
   std::shared_ptr<caf::actor_system> system_;
   caf::actor node_;
   std::chrono::milliseconds heartbeat_interval_;
