@@ -122,6 +122,10 @@ void uneven_input(multi_worker_mirrored_strategy& s) {
   require(rows == (workers > 1 ? 2.0f * static_cast<float>(local) : 0.0f),
           "the last step holds the last worker's rows alone");
   require(!iterator.next().has_value(), "the end, on every worker");
+  std::int64_t stepped = 0; // range-for reads through the same decision
+  for (const auto& step : per_worker_input(s, rank + 1).make_iterator())
+    stepped += step.size() > 0 ? 1 : 0;
+  require(stepped == workers, "range-for takes the longest input's steps too");
 
   if (workers == 1)
     return;

@@ -90,6 +90,42 @@ bool any_worker_has_step(const worker_sum& sum, const input_context& worker, boo
 std::optional<per_replica<tensor>> empty_step_like(const per_replica<tensor>& step);
 std::optional<nest<per_replica<tensor>>> empty_step_like(const nest<per_replica<tensor>>& step);
 
+/// The steps of `steps`, read by every worker together (any_worker_has_step):
+/// they end when every worker's have, and until then this worker stands in
+/// with empty batches like its last step.
+template <class E>
+class steps_of_every_worker final : public source<E> {
+public:
+  steps_of_every_worker(std::unique_ptr<source<E>> steps, worker_sum agree, input_context worker)
+    : steps_(std::move(steps)), agree_(std::move(agree)), worker_(worker) {}
+
+  std::optional<E> next() override {
+    if (ended_)
+      return std::nullopt;
+    std::optional<E> step;
+    std::exception_ptr failure;
+    try {
+      step = steps_->next();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (step)
+      stand_in_ = empty_step_like(*step);
+    if (!any_worker_has_step(agree_, worker_, step.has_value(), stand_in_.has_value(), failure)) {
+      ended_ = true;
+      return std::nullopt;
+    }
+    return step ? std::move(step) : stand_in_;
+  }
+
+private:
+  std::unique_ptr<source<E>> steps_;
+  worker_sum agree_;
+  input_context worker_;
+  std::optional<E> stand_in_; // empty batches like the last step
+  bool ended_ = false;
+};
+
 /// A source whose elements come out of a prefetch channel.
 template <class E>
 class channel_source final : public source<E> {
@@ -132,15 +168,11 @@ public:
   /// The next step, or an empty optional at the end of the data (and on
   /// every call after it). Exceptions from the pipeline propagate, as does
   /// timeout_error when no step arrives within the timeout. With several
-  /// workers, every call is a decision of all of them (each worker must
-  /// call it as often as the others): the data ends when it has ended on
-  /// every worker, and until then a worker whose own input ended gets steps
-  /// of empty batches shaped like its last one.
-  std::optional<element_type> next() {
-    if (!agree_)
-      return steps_.next();
-    return next_of_every_worker();
-  }
+  /// workers, every step read (here or by range-for) is a decision of all
+  /// of them (each worker must read as many as the others): the data ends
+  /// when it has ended on every worker, and until then a worker whose own
+  /// input ended gets steps of empty batches shaped like its last one.
+  std::optional<element_type> next() { return steps_.next(); }
 
   /// Reads the next step and points at it, for range-for.
   auto begin() { return steps_.begin(); }
@@ -158,39 +190,24 @@ public:
 private:
   friend class distributed_dataset<T>;
 
-  /// A pass whose steps `channel` delivers; made by distributed_dataset.
+  /// A pass whose steps `channel` delivers, ended by all workers together
+  /// through `agree` (empty in one process); made by distributed_dataset.
   distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel, detail::worker_sum agree,
                        input_context worker)
-    : channel_(channel),
-      steps_(std::make_unique<detail::channel_source<element_type>>(std::move(channel))),
-      agree_(std::move(agree)), worker_(worker) {}
+    : channel_(channel), steps_(steps_of(std::move(channel), std::move(agree), worker)) {}
 
-  std::optional<element_type> next_of_every_worker() {
-    if (ended_)
-      return std::nullopt;
-    std::optional<element_type> step;
-    std::exception_ptr failure;
-    try {
-      step = steps_.next();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    if (step)
-      stand_in_ = detail::empty_step_like(*step);
-    if (!detail::any_worker_has_step(agree_, worker_, step.has_value(), stand_in_.has_value(),
-                                     failure)) {
-      ended_ = true;
-      return std::nullopt;
-    }
-    return step ? std::move(step) : stand_in_;
+  static std::unique_ptr<detail::source<element_type>>
+  steps_of(std::shared_ptr<detail::prefetch_channel> channel, detail::worker_sum agree,
+           input_context worker) {
+    auto steps = std::make_unique<detail::channel_source<element_type>>(std::move(channel));
+    if (!agree)
+      return steps;
+    return std::make_unique<detail::steps_of_every_worker<element_type>>(std::move(steps),
+                                                                        std::move(agree), worker);
   }
 
   std::shared_ptr<detail::prefetch_channel> channel_;
   dataset_iterator<element_type> steps_;
-  detail::worker_sum agree_; // empty in one process
-  input_context worker_;
-  std::optional<element_type> stand_in_; // empty batches like the last step
-  bool ended_ = false;
 };
 
 // -- distributed dataset -----------------------------------------------------------
