@@ -70,11 +70,13 @@ struct star {
 
 } // namespace
 
+// The inboxes outlive the links, whose threads deliver into them.
+
 TEST_CASE("posts arrive decoded, in order, naming the peer they came from") {
+  inbox at_coordinator, at_worker;
   star s;
   CHECK(s.coordinator->peers() == std::vector<std::uint32_t>{1});
   CHECK(s.worker->peers() == std::vector<std::uint32_t>{0});
-  inbox at_coordinator, at_worker;
   s.coordinator->start(at_coordinator.deliver());
   s.worker->start(at_worker.deliver());
 
@@ -100,8 +102,8 @@ TEST_CASE("posts arrive decoded, in order, naming the peer they came from") {
 }
 
 TEST_CASE("a connection that closes arrives as a failure; what was posted first is written") {
-  star s;
   inbox at_coordinator;
+  star s;
   s.coordinator->start(at_coordinator.deliver());
   s.worker->start([](control_event) {});
   s.worker->post(0, actors::heartbeat{1, 0, 0, 0}); // a goodbye, written before the stop
