@@ -46,7 +46,7 @@ struct node_state {
       abort.error = {error_kind::peer_lost_error, reason, "lockstep::peer_lost_error"};
       for (const auto& [rank, peer] : peers)
         if (!peer.gone)
-          settings.send_abort(rank, abort);
+          settings.send(rank, abort);
     }
     settings.on_lost(reason);
   }
@@ -59,7 +59,7 @@ struct node_state {
                            .count()};
     for (const auto& [rank, peer] : peers)
       if (!peer.gone)
-        settings.send_heartbeat(rank, beat);
+        settings.send(rank, beat);
     for (const auto& [rank, peer] : peers)
       if (!peer.gone && now - peer.last_heard >= settings.peer_timeout)
         return declare_lost(who(rank) + " was lost: no heartbeat for "
@@ -100,7 +100,12 @@ caf::behavior node_actor(caf::stateful_actor<node_state>* self, node_actor_setti
         self->state.declare_lost(who(failure.peer) + " was lost: " + failure.reason);
     },
     [self](stop_atom) {
-      const bool whole = self->state.lost.empty();
+      auto& st = self->state;
+      const bool whole = st.lost.empty();
+      if (whole) // a program that ends in good order is not lost
+        for (const auto& [rank, peer] : st.peers)
+          if (!peer.gone)
+            st.settings.send(rank, heartbeat{st.settings.rank, 0, 0, 0});
       self->quit();
       return whole;
     },

@@ -14,8 +14,10 @@
 //             tick_atom          its own, every heartbeat interval: sends
 //                                heartbeats, checks each peer's silence
 //                                against peer_timeout
-//             stop_atom          replies whether the group was whole, then
-//                                quits (the node's destructor asks)
+//             stop_atom          says goodbye to the peers still there when
+//                                the group is whole, replies whether it
+//                                was, then quits (the node's destructor
+//                                asks)
 // (the local ones, link_failure and the atoms, are in actors/messages.hpp)
 //
 // On the first loss it logs it, tells the other workers when it is the
@@ -43,8 +45,7 @@ struct node_actor_settings {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
   /// Sends a heartbeat or an abort to one peer.
-  std::function<void(std::uint32_t peer, const heartbeat&)> send_heartbeat;
-  std::function<void(std::uint32_t peer, const collective_abort&)> send_abort;
+  std::function<void(std::uint32_t peer, const control_post&)> send;
   /// Runs once, with the reason ("worker 2 was lost: ...").
   std::function<void(const std::string&)> on_lost;
 };
@@ -52,9 +53,8 @@ struct node_actor_settings {
 /// Spawns a node actor (detached: its sends may wait for a slow peer).
 caf::actor spawn_node_actor(caf::actor_system& system, node_actor_settings settings);
 
-/// Asks `node` to stop: true when its group was whole (no peer lost), so
-/// the node says goodbye; false also when it did not answer within
-/// `timeout`.
+/// Asks `node` to stop: true when its group was whole (no peer lost) and
+/// it said goodbye; false also when it did not answer within `timeout`.
 bool stop_node_actor(caf::actor_system& system, const caf::actor& node,
                      std::chrono::milliseconds timeout);
 

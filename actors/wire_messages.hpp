@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace lockstep::detail {
@@ -172,6 +173,10 @@ struct collective_abort {
 
   friend bool operator==(const collective_abort&, const collective_abort&) = default;
 };
+
+/// What a node sends a peer on its control connection: a heartbeat
+/// (sequence 0: a goodbye) or an abort.
+using control_post = std::variant<heartbeat, collective_abort>;
 
 // -- variables ----------------------------------------------------------------------
 

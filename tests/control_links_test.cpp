@@ -84,7 +84,7 @@ TEST_CASE("posts arrive decoded, in order, naming the peer they came from") {
     s.coordinator->post(1, actors::heartbeat{0, 0, seq, 42});
   actors::collective_abort abort;
   abort.error.message = "worker 2 was lost";
-  s.worker->post_to_all(abort);
+  s.worker->post(0, abort);
 
   const auto worker_got = at_worker.await(3);
   REQUIRE(worker_got.size() == 3);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <variant>
 #include <thread>
 #include <vector>
 
@@ -38,16 +39,13 @@ struct recorder {
             .peers = std::move(peers),
             .heartbeat_interval = 20ms,
             .peer_timeout = timeout,
-            .send_heartbeat =
-              [this](std::uint32_t peer, const heartbeat& beat) {
+            .send =
+              [this](std::uint32_t peer, const control_post& message) {
                 std::lock_guard lock{mutex};
-                beats.emplace_back(peer, beat);
-                changed.notify_all();
-              },
-            .send_abort =
-              [this](std::uint32_t peer, const collective_abort& abort) {
-                std::lock_guard lock{mutex};
-                aborts.emplace_back(peer, abort);
+                if (const auto* beat = std::get_if<heartbeat>(&message))
+                  beats.emplace_back(peer, *beat);
+                else
+                  aborts.emplace_back(peer, std::get<collective_abort>(message));
                 changed.notify_all();
               },
             .on_lost =

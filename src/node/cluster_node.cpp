@@ -48,7 +48,7 @@ asio::ip::tcp::acceptor listen_at(asio::io_context& context, const std::string& 
 
 cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_settings& settings)
   : context_(std::make_shared<asio::io_context>()),
-    rank_(static_cast<std::uint32_t>(spec.rank)), heartbeat_interval_(settings.heartbeat_interval) {
+    heartbeat_interval_(settings.heartbeat_interval) {
   const auto rank = spec.rank;
   const bool coordinator = rank == 0;
   const auto coordinator_port = spec.coordinator ? spec.coordinator->port : 0;
@@ -82,21 +82,17 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   links_ = std::make_shared<control_links>(rank, std::move(joined.control),
                                            settings.heartbeat_interval);
   system_ = actors::shared_actor_system();
-  // Weak: should the actor outlive a stop that timed out, it posts nothing.
-  const auto post = [control = std::weak_ptr<control_links>(links_)](std::uint32_t peer,
-                                                                     const control_post& message) {
-    if (const auto links = control.lock())
-      links->post(peer, message);
-  };
   node_ = actors::spawn_node_actor(
     *system_,
-    {.rank = rank_,
+    {.rank = static_cast<std::uint32_t>(rank),
      .peers = links_->peers(),
      .heartbeat_interval = settings.heartbeat_interval,
      .peer_timeout = settings.peer_timeout,
-     .send_heartbeat = [post](std::uint32_t peer, const actors::heartbeat& beat) { post(peer, beat); },
-     .send_abort = [post](std::uint32_t peer, const actors::collective_abort& abort) {
-       post(peer, abort);
+     // Weak: should the actor outlive a stop that timed out, it posts nothing.
+     .send = [control = std::weak_ptr<control_links>(links_)](
+               std::uint32_t peer, const actors::control_post& message) {
+       if (const auto links = control.lock())
+         links->post(peer, message);
      },
      .on_lost = [ring = ring_](const std::string& why) { ring->break_ring(why); }});
   links_->start([node = node_](control_event event) {
@@ -119,13 +115,11 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
 cluster_node::~cluster_node() {
   if (!links_)
     return;
-  // A worker whose program ends says goodbye (a heartbeat with sequence 0),
-  // unless its group is broken already.
-  const bool whole = actors::stop_node_actor(*system_, node_, 2 * heartbeat_interval_);
-  if (whole)
-    links_->post_to_all(actors::heartbeat{rank_, 0, 0, 0});
-  // The links' delivery holds a handle of the actor: both go before the
-  // actor system may (its destructor waits for every actor to be gone).
+  // The actor says goodbye unless the group is broken already; the links
+  // write it before they stop. Their delivery holds a handle of the actor:
+  // both go before the actor system may (its destructor waits for every
+  // actor to be gone).
+  actors::stop_node_actor(*system_, node_, 2 * heartbeat_interval_);
   links_.reset();
   node_ = caf::actor{};
   system_.reset();

@@ -56,7 +56,6 @@ public:
 private:
   // Shared with the ring, whose sockets may outlive this node.
   std::shared_ptr<boost::asio::io_context> context_;
-  std::uint32_t rank_;
   actors::membership membership_;
   std::shared_ptr<tcp_ring_communicator> ring_;
   std::shared_ptr<control_links> links_;

@@ -20,7 +20,6 @@ control_links::control_links(std::size_t rank, std::vector<tcp_socket> control,
       continue; // the coordinator's own slot
     const auto peer = static_cast<std::uint32_t>(rank == 0 ? i : 0);
     links_.push_back({peer, std::move(control[i])});
-    ranks_.push_back(peer);
   }
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
     throw std::runtime_error(std::string("control_links: pipe2 failed: ") + std::strerror(errno));
@@ -46,17 +45,19 @@ void control_links::wake() {
   [[maybe_unused]] const auto written = ::write(wake_[1], &byte, 1);
 }
 
-void control_links::post(std::uint32_t peer, const control_post& message) {
+std::vector<std::uint32_t> control_links::peers() const {
+  std::vector<std::uint32_t> ranks;
+  for (const auto& l : links_)
+    ranks.push_back(l.peer);
+  return ranks;
+}
+
+void control_links::post(std::uint32_t peer, const actors::control_post& message) {
   {
     std::lock_guard lock{mutex_};
     queue_.emplace_back(peer, message);
   }
   wake();
-}
-
-void control_links::post_to_all(const control_post& message) {
-  for (const auto peer : ranks_)
-    post(peer, message);
 }
 
 void control_links::stop() {
@@ -70,7 +71,7 @@ void control_links::stop() {
 }
 
 void control_links::write_queued() {
-  std::deque<std::pair<std::uint32_t, control_post>> queue;
+  std::deque<std::pair<std::uint32_t, actors::control_post>> queue;
   {
     std::lock_guard lock{mutex_};
     queue.swap(queue_);

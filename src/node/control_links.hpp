@@ -30,9 +30,6 @@ struct control_event {
   std::variant<actors::heartbeat, actors::collective_abort, std::string> what;
 };
 
-/// A message for the peers: a heartbeat (sequence 0: a goodbye) or an abort.
-using control_post = std::variant<actors::heartbeat, actors::collective_abort>;
-
 class control_links {
 public:
   /// `control`: as rendezvous_result::control for `rank` (the coordinator is
@@ -52,13 +49,11 @@ public:
   control_links& operator=(const control_links&) = delete;
 
   /// The ranks at the other end of the connections.
-  const std::vector<std::uint32_t>& peers() const noexcept { return ranks_; }
+  std::vector<std::uint32_t> peers() const;
 
-  /// Queues `message` for `peer` (every peer still connected when
-  /// `to_all`); the thread writes it. A failed write is delivered as the
-  /// connection's failure.
-  void post(std::uint32_t peer, const control_post& message);
-  void post_to_all(const control_post& message);
+  /// Queues `message` for `peer`; the thread writes it. A failed write is
+  /// delivered as the connection's failure.
+  void post(std::uint32_t peer, const actors::control_post& message);
 
   /// Writes what is queued, then stops the thread (within about
   /// `write_timeout`); the connections stay open until destruction.
@@ -78,10 +73,9 @@ private:
   const std::chrono::milliseconds write_timeout_;
   std::function<void(control_event)> deliver_; // set once, before the thread starts
   std::vector<link> links_;
-  std::vector<std::uint32_t> ranks_;
   int wake_[2] = {-1, -1}; // a pipe: post() and stop() wake the thread
   std::mutex mutex_;       // guards the two fields below
-  std::deque<std::pair<std::uint32_t, control_post>> queue_;
+  std::deque<std::pair<std::uint32_t, actors::control_post>> queue_;
   bool stopping_ = false;
   std::thread thread_;
 };
