@@ -38,13 +38,13 @@ namespace detail {
 tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
                     const device_spec& device);
 
-/// Splits `batch` along dimension 0 into `parts` parts (0: one per
-/// device), consecutive, as evenly as possible (the first parts get one row
-/// more), and copies parts `first` ... `first` + devices.size() - 1 to the
-/// devices in order: with several workers, each takes its replicas' parts
-/// of the same global batch. value_error for a scalar.
+/// Splits `batch` along dimension 0 into `parts` parts, consecutive, as
+/// evenly as possible (the first parts get one row more), and copies parts
+/// `first` ... `first` + devices.size() - 1 to the devices in order: with
+/// several workers, each takes its replicas' parts of the same global
+/// batch. value_error for a scalar.
 std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices,
-                                std::size_t first = 0, std::size_t parts = 0);
+                                std::size_t first, std::size_t parts);
 
 /// value_error unless prefetch_depth >= 1 and a given timeout is positive.
 void check_input_options(const input_options& options);

@@ -64,7 +64,7 @@ std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_sp
   if (batch.rank() == 0)
     throw value_error("cannot split a scalar " + batch.to_string()
                       + " into per-replica batches: its dimension 0 is the batch");
-  const auto n = static_cast<std::int64_t>(parts == 0 ? devices.size() : parts);
+  const auto n = static_cast<std::int64_t>(parts);
   const auto rows = batch.shape()[0];
   const auto base = rows / n;
   const auto extra = rows % n;
