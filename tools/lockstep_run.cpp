@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -149,12 +150,18 @@ std::string tf_config(const std::vector<int>& ports, std::size_t index) {
 
 pid_t spawn(char** program, const std::vector<std::string>& extra_environment, int out_fd,
             int err_fd) {
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0)
     fail(std::string("fork failed: ") + std::strerror(errno));
   if (pid > 0)
     return pid;
   ::setpgid(0, 0); // its own group, so a signal reaches its children too
+  // Its own group escapes a kill of the launcher's: should the launcher die
+  // without stopping it (SIGKILL), the worker dies too, never left running.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher)
+    std::_Exit(128 + SIGKILL); // the launcher died before prctl took effect
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
   for (const auto& entry : extra_environment)
