@@ -78,9 +78,8 @@ void check(const tensor& t, reduce_op op, std::size_t replicas, std::size_t n,
   });
 }
 
-/// Worker w's input function gives (w + 1) steps of per-replica batches
-/// of 2 rows (`steps_of(w)` overrides): the workers end together after the
-/// longest, the others' replicas getting empty batches meanwhile.
+/// This worker's input function gives `steps_of_this_worker` steps of
+/// per-replica batches of 2 rows.
 distributed_dataset<tensor> per_worker_input(const multi_worker_mirrored_strategy& s,
                                              std::int64_t steps_of_this_worker) {
   const auto local = static_cast<std::int64_t>(s.extended().worker_devices().size());
@@ -108,23 +107,22 @@ void uneven_input(multi_worker_mirrored_strategy& s) {
   require(first.has_value(), "every worker has a first step");
   require(rows_in_step(*first) == static_cast<float>(2 * workers * local), "full first step");
   // The rest in one multi-step loop: every worker takes workers - 1 more.
-  float rows = 0;
   const auto loop = s.extended().experimental_run_steps_on_iterator(
     [](replica_context&, multi_step_context& ctx, const tensor& mine) {
       ctx.set_last_step_output("rows", tensor::scalar(static_cast<float>(mine.num_elements())),
                                reduce_op::sum);
     },
     iterator, 1000);
-  require(static_cast<std::int64_t>(loop.steps()) == workers - 1, "every worker takes the longest input's steps: "
-                                         + std::to_string(loop.steps()));
+  require(static_cast<std::int64_t>(loop.steps()) == workers - 1,
+          "every worker takes the longest input's steps: " + std::to_string(loop.steps()));
   if (workers > 1)
-    rows = std::get<tensor>(loop.last_step_outputs().at("rows")).at<float>(0);
-  require(rows == (workers > 1 ? 2.0f * static_cast<float>(local) : 0.0f),
-          "the last step holds the last worker's rows alone");
+    require(std::get<tensor>(loop.last_step_outputs().at("rows")).at<float>(0)
+              == 2.0f * static_cast<float>(local),
+            "the last step holds the last worker's rows alone");
   require(!iterator.next().has_value(), "the end, on every worker");
   std::int64_t stepped = 0; // range-for reads through the same decision
-  for (const auto& step : per_worker_input(s, rank + 1).make_iterator())
-    stepped += step.size() > 0 ? 1 : 0;
+  for ([[maybe_unused]] const auto& step : per_worker_input(s, rank + 1).make_iterator())
+    ++stepped;
   require(stepped == workers, "range-for takes the longest input's steps too");
 
   if (workers == 1)
