@@ -317,3 +317,24 @@ TEST_CASE("LOCKSTEP_* or options alone describe a cluster") {
   CHECK(contains(refusal({}, {.world_size = 2, .rank = 0, .coordinator = "x"}),
                  "cluster_options::coordinator = \"x\""));
 }
+
+TEST_CASE("the generation: the launcher's restart count, LOCKSTEP_GENERATION and options on top") {
+  const env torch{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}};
+  CHECK(resolve(torch).generation == 0);
+  auto restarted = torch;
+  restarted["TORCHELASTIC_RESTART_COUNT"] = "2";
+  CHECK(resolve(restarted).generation == 2);
+  const env slurm{{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                  {"SLURM_STEP_NODELIST", "n1"}, {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                  {"SLURM_RESTART_COUNT", "3"}};
+  CHECK(resolve(slurm).generation == 3);
+  // A variable Slurm sets is no restart count for torchrun's workers.
+  auto both = torch;
+  both["SLURM_RESTART_COUNT"] = "5";
+  CHECK(resolve(both).generation == 0);
+  restarted["LOCKSTEP_GENERATION"] = "7";
+  CHECK(resolve(restarted).generation == 7);
+  CHECK(resolve(restarted, {.generation = 9}).generation == 9);
+  restarted["LOCKSTEP_GENERATION"] = "-1";
+  CHECK(contains(refusal(restarted), "LOCKSTEP_GENERATION = \"-1\" is not a whole number"));
+}

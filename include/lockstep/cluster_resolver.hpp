@@ -9,17 +9,20 @@
 //   1. `cluster_options` fields set by the program;
 //   2. `LOCKSTEP_*` variables: LOCKSTEP_WORLD_SIZE, LOCKSTEP_RANK,
 //      LOCKSTEP_LOCAL_RANK, LOCKSTEP_LOCAL_WORLD_SIZE, LOCKSTEP_COORDINATOR
-//      (host:port), LOCKSTEP_LISTEN (host:port), LOCKSTEP_JOB_ID;
+//      (host:port), LOCKSTEP_LISTEN (host:port), LOCKSTEP_JOB_ID,
+//      LOCKSTEP_GENERATION;
 //   3. `TF_CONFIG` (TF's rules: task types chief, worker, evaluator; at most
 //      one chief; the chief is rank 0, worker i is rank i + #chief; the
 //      evaluator is outside the group; `ps` and `sparseCluster` refused);
 //   4. torchrun / PyTorchJob: RANK, WORLD_SIZE, MASTER_ADDR (and
-//      MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID);
+//      MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID,
+//      TORCHELASTIC_RESTART_COUNT);
 //   5. Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (it
 //      names no coordinator: give one with an option or LOCKSTEP_COORDINATOR);
 //   6. Slurm: SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST
 //      (compressed host lists such as `gpu[01-04,7]`), SLURM_STEP_TASKS_PER_NODE
-//      (`2(x3),1`), SLURM_JOB_ID; workers listen on port_base + local rank;
+//      (`2(x3),1`), SLURM_JOB_ID, SLURM_RESTART_COUNT; workers listen on
+//      port_base + local rank;
 //   7. none of these: one process, no network.
 //
 // The first of 3-6 that is present gives the cluster; 1 and 2 override its
@@ -56,6 +59,10 @@ struct network_address {
 struct cluster_spec {
   /// Names the job; workers of different jobs refuse each other.
   std::string job_id;
+  /// How many times the launcher restarted the job's world (0 for its
+  /// first start): part of every handshake, so that a worker left over
+  /// from an earlier generation cannot join a later one.
+  std::uint64_t generation = 0;
   /// Workers in the collective group, and this worker's place in it.
   std::size_t world_size = 1;
   std::size_t rank = 0;
@@ -97,6 +104,7 @@ struct cluster_options {
   std::optional<std::string> coordinator; // "host:port"
   std::optional<std::string> listen;      // "host:port"
   std::optional<std::string> job_id;
+  std::optional<std::uint64_t> generation;
   /// Slurm: the port of local rank 0 on every host (TF's default 8888).
   std::uint16_t slurm_port_base = 8888;
 };

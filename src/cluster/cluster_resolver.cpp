@@ -61,6 +61,7 @@ void overlay(cluster_fields& base, const cluster_fields& over) {
       field = other;
   };
   take(base.job_id, over.job_id);
+  take(base.generation, over.generation);
   take(base.world_size, over.world_size);
   take(base.rank, over.rank);
   take(base.local_rank, over.local_rank);
@@ -81,6 +82,7 @@ cluster_fields from_options(const cluster_options& options) {
   take(fields.local_rank, options.local_rank);
   take(fields.local_world_size, options.local_world_size);
   take(fields.job_id, options.job_id);
+  take(fields.generation, options.generation);
   if (options.coordinator)
     fields.coordinator.set(network_address::parse(*options.coordinator,
                                                   "cluster_options::coordinator"),
@@ -92,7 +94,7 @@ cluster_fields from_options(const cluster_options& options) {
 }
 
 bool sets_anything(const cluster_fields& f) {
-  return f.job_id.value || f.world_size.value || f.rank.value || f.local_rank.value
+  return f.job_id.value || f.generation.value || f.world_size.value || f.rank.value || f.local_rank.value
          || f.local_world_size.value || f.coordinator.value || f.listen.value;
 }
 
@@ -153,6 +155,7 @@ cluster_spec finish(cluster_fields fields) {
     spec.job_id = "local";
   if (spec.job_id.empty())
     throw value_error(prefix + "the job id (" + fields.job_id.from + ") is empty");
+  spec.generation = fields.generation.value.value_or(0);
   spec.task_type = std::move(fields.task_type);
   spec.task_index = fields.task_index;
   return spec;
@@ -225,10 +228,10 @@ cluster_resolver::cluster_resolver(const cluster_options& options, const environ
   overlay(*base, lockstep_variables);
   overlay(*base, explicit_options);
   spec_ = finish(std::move(*base));
-  LOCKSTEP_LOG_INFO("cluster from {}: rank {} of {} (local {} of {}), coordinator {}, job {}",
-                    spec_.source, spec_.rank, spec_.world_size, spec_.local_rank,
-                    spec_.local_world_size,
-                    spec_.coordinator ? spec_.coordinator->to_string() : "none", spec_.job_id);
+  LOCKSTEP_LOG_INFO(
+    "cluster from {}: rank {} of {} (local {} of {}), coordinator {}, job {}, generation {}",
+    spec_.source, spec_.rank, spec_.world_size, spec_.local_rank, spec_.local_world_size,
+    spec_.coordinator ? spec_.coordinator->to_string() : "none", spec_.job_id, spec_.generation);
 }
 
 cluster_resolver::environment cluster_resolver::process_environment() {

@@ -32,6 +32,7 @@ struct sourced {
 struct cluster_fields {
   std::string source;
   sourced<std::string> job_id;
+  sourced<std::size_t> generation;
   sourced<std::size_t> world_size;
   sourced<std::size_t> rank;
   sourced<std::size_t> local_rank;

@@ -37,6 +37,7 @@ std::optional<cluster_fields> from_torchrun(const environment& env) {
   const auto coordinator = std::string(*master) + ":" + std::string(*port);
   fields.coordinator.set(network_address::parse(coordinator, "MASTER_ADDR:MASTER_PORT"),
                          "MASTER_ADDR");
+  take_count(fields.generation, env, "TORCHELASTIC_RESTART_COUNT");
   if (const auto run = variable(env, "TORCHELASTIC_RUN_ID"))
     fields.job_id.set("torch-" + std::string(*run), "TORCHELASTIC_RUN_ID");
   else
@@ -69,6 +70,7 @@ cluster_fields from_lockstep_variables(const environment& env) {
   take_count(fields.rank, env, "LOCKSTEP_RANK");
   take_count(fields.local_rank, env, "LOCKSTEP_LOCAL_RANK");
   take_count(fields.local_world_size, env, "LOCKSTEP_LOCAL_WORLD_SIZE");
+  take_count(fields.generation, env, "LOCKSTEP_GENERATION");
   if (const auto text = variable(env, "LOCKSTEP_COORDINATOR"))
     fields.coordinator.set(network_address::parse(*text, "LOCKSTEP_COORDINATOR"),
                            "LOCKSTEP_COORDINATOR");

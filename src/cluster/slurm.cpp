@@ -54,6 +54,8 @@ std::optional<cluster_fields> from_slurm(const environment& env, std::uint16_t p
   }
   fields.world_size.set(*tasks, "SLURM_STEP_NUM_TASKS");
   fields.rank.set(*procid, "SLURM_PROCID");
+  if (const auto restarts = count_variable(env, "SLURM_RESTART_COUNT"))
+    fields.generation.set(*restarts, "SLURM_RESTART_COUNT");
   fields.coordinator.set(fields.peers.front(), "SLURM_STEP_NODELIST");
   fields.listen.set({"0.0.0.0", fields.peers[*procid].port}, "SLURM_STEP_TASKS_PER_NODE");
   if (const auto job = variable(env, "SLURM_JOB_ID")) {

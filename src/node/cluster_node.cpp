@@ -72,7 +72,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
                                              "worker " + std::to_string(next.rank) + "'s address");
   ring_links links{rank, spec.world_size, tcp_socket(*context_), tcp_socket(*context_)};
   connect_ring(links, data, next_address, token,
-               {spec.job_id, 0, static_cast<std::uint32_t>(rank)},
+               {spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)},
                io_clock::now() + settings.join_timeout);
   ring_ = std::make_shared<tcp_ring_communicator>(std::move(links), context_);
   // A killed worker's neighbours see its links close about when the

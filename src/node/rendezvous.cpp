@@ -32,7 +32,8 @@ io_clock::time_point step_deadline(io_clock::time_point overall) {
 }
 
 handshake_identity identity_of(const rendezvous_settings& settings) {
-  return {settings.spec.job_id, 0, static_cast<std::uint32_t>(settings.spec.rank)};
+  return {settings.spec.job_id, settings.spec.generation,
+          static_cast<std::uint32_t>(settings.spec.rank)};
 }
 
 /// Why the coordinator refuses `request` from the worker that proved
@@ -162,6 +163,7 @@ rendezvous_result coordinate_rendezvous(asio::ip::tcp::acceptor& acceptor,
   rendezvous_result result;
   auto& m = result.membership;
   m.job_id = settings.spec.job_id;
+  m.generation = settings.spec.generation;
   m.members.push_back({0,
                        advertised_host(settings.data_address.host,
                                        settings.spec.coordinator ? settings.spec.coordinator->host
@@ -197,6 +199,7 @@ rendezvous_result join_rendezvous(asio::io_context& context, const rendezvous_se
   request.job_id = spec.job_id;
   request.rank = static_cast<std::uint32_t>(spec.rank);
   request.world_size = static_cast<std::uint32_t>(spec.world_size);
+  request.generation = spec.generation;
   request.local_replicas = settings.local_replicas;
   request.host = advertised_host(settings.data_address.host,
                                  socket.local_endpoint().address().to_string());
@@ -211,11 +214,12 @@ rendezvous_result join_rendezvous(asio::io_context& context, const rendezvous_se
   bool in_order = members.size() == spec.world_size;
   for (std::size_t r = 0; in_order && r < members.size(); ++r)
     in_order = members[r].rank == r;
-  if (!in_order || result.membership.job_id != spec.job_id)
+  if (!in_order || result.membership.job_id != spec.job_id
+      || result.membership.generation != spec.generation)
     throw bad_control_message("the coordinator at " + coordinator
                               + " sent a membership that does not list ranks 0 to "
                               + std::to_string(spec.world_size - 1) + " of job '" + spec.job_id
-                              + "'");
+                              + "', generation " + std::to_string(spec.generation));
   return result;
 }
 
