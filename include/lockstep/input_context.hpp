@@ -118,10 +118,12 @@ void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replica
 template <class T>
 concept complete_type = requires { sizeof(T); };
 
-/// Multi-worker input: sums `counts` element-wise over the workers, in
-/// place (one collective between them); with `failure` set, every worker
-/// throws that error instead. Empty in one process.
-using worker_sum = std::function<void(std::span<std::int64_t> counts, std::exception_ptr failure)>;
+/// Multi-worker: sums `counts` element-wise over the workers, in place
+/// (one collective between them, named `tag` in its errors); with
+/// `failure` set, every worker throws that error instead. Input's joint
+/// end and checkpoints' agreement use it. Empty in one process.
+using worker_sum = std::function<void(std::span<std::int64_t> counts, std::exception_ptr failure,
+                                      const std::string& tag)>;
 
 } // namespace detail
 

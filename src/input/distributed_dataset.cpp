@@ -180,7 +180,7 @@ bool any_worker_has_step(const worker_sum& sum, const input_context& worker, boo
   states.at(worker.input_pipeline_id())
     = has_step ? input_state::has_step : can_stand_in ? input_state::ended
                                                       : input_state::ended_without_a_step;
-  sum(states, failure);
+  sum(states, failure, "end of input");
   if (failure)
     std::rethrow_exception(failure);
   const auto with_data = workers_in(states, input_state::has_step);

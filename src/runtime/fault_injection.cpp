@@ -8,8 +8,11 @@
 #include <charconv>
 #include <csignal>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace lockstep::detail {
 
@@ -19,7 +22,34 @@ struct fault {
   std::string phase; // empty: no fault
   int signal = 0;
   long remaining = 0; // arrivals at `phase` until it fires
+  std::optional<std::uint64_t> rank, generation; // the worker it is for
 };
+
+/// The whole number in `name`, if set; value_error naming it otherwise.
+std::optional<std::uint64_t> worker_filter(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0')
+    return std::nullopt;
+  const std::string_view value = text;
+  std::uint64_t number = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (error != std::errc{} || end != value.data() + value.size())
+    throw value_error(std::string(name) + " must be a whole number, got '" + text + "'");
+  return number;
+}
+
+/// Who this process is; set by set_fault_worker.
+std::atomic<bool> worker_known{false};
+std::atomic<std::uint64_t> worker_rank{0}, worker_generation{0};
+
+bool is_for_this_worker(const fault& f) {
+  if (!f.rank && !f.generation)
+    return true;
+  if (!worker_known.load())
+    return false;
+  return (!f.rank || *f.rank == worker_rank.load())
+         && (!f.generation || *f.generation == worker_generation.load());
+}
 
 fault parse(const char* text) {
   if (text == nullptr || *text == '\0')
@@ -52,6 +82,8 @@ fault parse(const char* text) {
     if (error != std::errc{} || end != count.data() + count.size() || f.remaining < 1)
       throw malformed();
   }
+  f.rank = worker_filter("LOCKSTEP_FAULT_RANK");
+  f.generation = worker_filter("LOCKSTEP_FAULT_GENERATION");
   return f;
 }
 
@@ -62,12 +94,18 @@ void fault_point(std::string_view phase) {
   static std::atomic<long> remaining{armed.remaining};
   if (armed.phase.empty() || phase != armed.phase) [[likely]]
     return;
-  if (remaining.fetch_sub(1) != 1)
+  if (!is_for_this_worker(armed) || remaining.fetch_sub(1) != 1)
     return;
   std::fprintf(stderr, "LOCKSTEP_FAULT: %s at %s\n",
                armed.signal == SIGKILL ? "killed" : "stopped", armed.phase.c_str());
   std::fflush(stderr);
   std::raise(armed.signal);
+}
+
+void set_fault_worker(std::size_t rank, std::uint64_t generation) {
+  worker_rank = rank;
+  worker_generation = generation;
+  worker_known = true;
 }
 
 } // namespace lockstep::detail

@@ -15,8 +15,15 @@
 //   fan-out         a worker's leader holding the cross-worker result,
 //                   before its local replicas get it
 //
+// With LOCKSTEP_FAULT_RANK=<r> and/or LOCKSTEP_FAULT_GENERATION=<g> as
+// well, only the worker of that rank and generation counts and acts (so a
+// launcher may pass one environment to every worker and every restart);
+// the multi-worker strategy tells the hook who this process is.
+//
 // Without the variable, each fault_point is one predictable branch.
 
+#include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace lockstep::detail {
@@ -24,5 +31,10 @@ namespace lockstep::detail {
 /// Acts on LOCKSTEP_FAULT when it names `phase` (read once, on the first
 /// call); value_error naming the variable when it is malformed.
 void fault_point(std::string_view phase);
+
+/// This process's worker rank and generation, for LOCKSTEP_FAULT_RANK and
+/// LOCKSTEP_FAULT_GENERATION; until it is called, a fault that names
+/// either never fires.
+void set_fault_worker(std::size_t rank, std::uint64_t generation);
 
 } // namespace lockstep::detail

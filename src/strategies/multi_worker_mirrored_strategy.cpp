@@ -7,6 +7,7 @@
 #include "cluster/cluster_token.hpp"
 #include "cross_device_ops/cluster_all_reduce.hpp"
 #include "node/cluster_node.hpp"
+#include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
 #include "strategies/mirrored_devices.hpp"
 #include "strategies/strategy_state.hpp"
@@ -93,6 +94,7 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
     return state;
   }
   const auto key = cluster_key(spec);
+  detail::set_fault_worker(spec.rank, spec.generation);
   detail::node_settings settings{.local_replicas = static_cast<std::uint32_t>(devices.size()),
                                  .config_fingerprint = config_fingerprint(devices.size()),
                                  .join_timeout = options.join_timeout,
@@ -115,11 +117,11 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
     return value;
   };
   state->worker_sum = [ring, worker, timeout](std::span<std::int64_t> counts,
-                                              std::exception_ptr failure) {
+                                              std::exception_ptr failure, const std::string& tag) {
     auto sums = tensor::from(std::vector<std::int64_t>(counts.begin(), counts.end()));
     detail::collective_options options;
     options.timeout = timeout;
-    options.tag = "end of input";
+    options.tag = tag;
     options.failure = std::move(failure);
     ring->all_reduce(worker, reduce_op::sum, {&sums, 1}, {&sums, 1}, options);
     std::copy_n(sums.data<std::int64_t>().data(), counts.size(), counts.begin());
