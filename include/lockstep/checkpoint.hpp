@@ -73,7 +73,18 @@ checkpoint_info read_checkpoint_info(const std::filesystem::path& path);
 /// `ckpt-<step>.safetensors`, of which the newest `max_to_keep` are kept.
 /// Optimizer slots are variables: pass them with the model's variables.
 /// Only a worker whose strategy says `should_checkpoint()` writes (the
-/// chief, once there are several workers); the others' `save` does nothing.
+/// chief, once there are several workers).
+///
+/// Several workers (multi_worker_mirrored_strategy) call `save` and
+/// `restore_latest` together, as collectives: a save is a two-phase commit
+/// in which the chief's file comes into view only after every worker said
+/// it saves the same step (value_error on every worker, naming each one's
+/// step, when they differ), and every worker returns once it is in view;
+/// a worker lost during a save (peer_lost_error) leaves the previous
+/// checkpoints the newest. `restore_latest` resumes every worker from the
+/// same checkpoint or none: io_error on every worker, naming what each
+/// found, when their newest differ in step or contents (their folders are
+/// not the same); an unreadable newest on one worker is its error on all.
 ///
 /// A folder may be shared by several processes (in other containers or on
 /// other hosts, too, where the file system supports flock): any number
@@ -102,7 +113,7 @@ public:
   /// Saves a checkpoint for `step` (replacing one of the same step) and
   /// deletes the others with the smallest steps beyond max_to_keep (the one
   /// just written is always kept); the path written, or nullopt when this
-  /// worker does not checkpoint. Takes the folder's writer lock on the
+  /// worker does not checkpoint (it still takes part in the agreement). Takes the folder's writer lock on the
   /// first call. value_error for a negative step; io_error when another
   /// writer holds the folder; the errors of `lockstep::save`.
   std::optional<std::filesystem::path> save(const std::vector<variable>& variables,
@@ -132,6 +143,10 @@ public:
   const std::filesystem::path& directory() const noexcept { return directory_; }
 
 private:
+  /// Deletes the checkpoints with the smallest steps, other than `kept`,
+  /// beyond max_to_keep.
+  void remove_beyond_max_to_keep(const std::filesystem::path& kept) const;
+
   std::filesystem::path directory_;
   std::size_t max_to_keep_;
   lockstep::strategy strategy_;

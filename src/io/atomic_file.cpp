@@ -141,7 +141,8 @@ bool is_digits(std::string_view text) {
 
 } // namespace
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
+                           const std::function<void()>& before_rename) {
   auto [file, temporary] = create_locked_temporary(path);
   // A second descriptor of the same open file keeps the lock after the
   // checked close of `file` below, until after the rename: a cleaner never
@@ -157,6 +158,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
     LOCKSTEP_SYS_CHECK(::fsync(file.get()), temporary);
     close_checked(file, temporary);
     run_hook(atomic_write_stage::before_rename);
+    if (before_rename)
+      before_rename();
     LOCKSTEP_SYS_CHECK(::rename(temporary.c_str(), path.c_str()), path);
   } catch (...) {
     // Best effort: the error being thrown is the one worth reporting.

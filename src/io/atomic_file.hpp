@@ -19,6 +19,11 @@ namespace lockstep::detail {
 /// threads at once, even for one path: each call has its own temporary, and
 /// the last rename wins.
 ///
+/// `before_rename`, when given, runs once the temporary is complete and
+/// fsynced, just before the rename: the caller's last say (the workers'
+/// agreement on a checkpoint). An exception from it is a failure: the
+/// temporary is removed and `path` left as it was.
+///
 /// The writer holds an exclusive `flock` on its temporary from just after
 /// creating it until after the rename, so that
 /// `remove_abandoned_temporaries`, in this process or any other sharing the
@@ -28,7 +33,8 @@ namespace lockstep::detail {
 /// does. Should a cleaner delete the temporary between its creation and the
 /// lock, the writer notices (the name no longer leads to its file) and
 /// starts again with a new temporary.
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
+                           const std::function<void()>& before_rename = {});
 
 /// Removes the temporaries of `write_file_atomically` in `directory` whose
 /// writers are gone: each one it can lock without waiting (flock,

@@ -14,18 +14,23 @@
 #include "lockstep/checkpoint.hpp"
 
 #include "io/atomic_file.hpp"
+#include "io/checkpoint_agreement.hpp"
 #include "runtime/error_text.hpp"
 #include "io/folder_lock.hpp"
 #include "runtime/log.hpp"
 #include "io/safetensors.hpp"
+#include "strategies/strategy_state.hpp"
 #include "strategies/thread_mode.hpp"
 #include "variables/variable_state.hpp"
 
 #include "lockstep/error.hpp"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <span>
 #include <sstream>
@@ -217,10 +222,47 @@ std::optional<std::string> unreadable_reason(F&& read) {
   }
 }
 
+/// A digest of a checkpoint's contents (names and bytes), which workers
+/// compare before resuming.
+std::uint32_t digest_of(const loaded_checkpoint& checkpoint) {
+  uLong crc = ::crc32(0, nullptr, 0);
+  for (const auto& [name, value] : checkpoint.tensors) {
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size()));
+    const auto* bytes = static_cast<const Bytef*>(value.raw_data());
+    for (std::size_t done = 0, size = value.byte_size(); done < size;) {
+      const auto part = std::min<std::size_t>(size - done, 1u << 30);
+      crc = ::crc32(crc, bytes + done, static_cast<uInt>(part));
+      done += part;
+    }
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+/// The workers of `strategy` when it has several, for the agreements.
+std::optional<detail::worker_agreement> workers_of(const lockstep::strategy& strategy) {
+  const auto& state = detail::strategy_access::state(strategy);
+  if (!state.worker_sum)
+    return std::nullopt;
+  return detail::worker_agreement{state.worker_sum, state.topology.workers,
+                                  state.topology.worker_index};
+}
+
+/// lockstep::save, with `before_rename` run when the file is complete but
+/// not yet in view.
+void save_checkpoint(const std::filesystem::path& path, const std::vector<variable>& variables,
+                     std::int64_t step, const std::function<void()>& before_rename);
+
 } // namespace
 
 void save(const std::filesystem::path& path, const std::vector<variable>& variables,
           std::int64_t step) {
+  save_checkpoint(path, variables, step, {});
+}
+
+namespace {
+
+void save_checkpoint(const std::filesystem::path& path, const std::vector<variable>& variables,
+                     std::int64_t step, const std::function<void()>& before_rename) {
   check_unique_names(variables, "save");
   if (step < 0)
     throw value_error("save: the step must not be negative, got " + std::to_string(step));
@@ -243,8 +285,11 @@ void save(const std::filesystem::path& path, const std::vector<variable>& variab
     {"strategy", strategy_name},
     {"replicas", std::to_string(replicas)},
   };
-  detail::write_file_atomically(path, detail::encode_safetensors(tensors, metadata));
+  detail::write_file_atomically(path, detail::encode_safetensors(tensors, metadata),
+                                before_rename);
 }
+
+} // namespace
 
 checkpoint_info restore(const std::filesystem::path& path, const std::vector<variable>& variables) {
   check_unique_names(variables, "restore");
@@ -286,17 +331,54 @@ checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t st
   if (step < 0)
     throw value_error("checkpoint_manager: the step must not be negative, got "
                       + std::to_string(step));
-  if (!strategy_.extended().should_checkpoint())
+  // Several workers: a two-phase commit (checkpoint_agreement.hpp). The
+  // chief's file comes into view only once every worker has said it saves
+  // this step, so a worker lost during the save leaves the previous
+  // checkpoints the newest; every worker returns once it is in view.
+  const auto workers = workers_of(strategy_);
+  const auto agree = [&](std::exception_ptr failure) {
+    if (workers)
+      detail::agree_on_saved_step(*workers, step, std::move(failure));
+  };
+  const auto confirm = [&](std::exception_ptr failure) {
+    if (workers)
+      detail::confirm_saved_step(*workers, std::move(failure));
+  };
+  if (!strategy_.extended().should_checkpoint()) {
+    agree(nullptr);
+    confirm(nullptr);
     return std::nullopt;
-  if (!writer_lock_)
-    writer_lock_ = std::make_unique<detail::folder_lock>(
-      detail::folder_lock::acquire(directory_, "checkpoint_manager"));
+  }
   const auto path = directory_ / ("ckpt-" + std::to_string(step) + ".safetensors");
-  lockstep::save(path, variables, step);
+  enum class stage { writing, agreeing, agreed } at = stage::writing;
+  try {
+    if (!writer_lock_)
+      writer_lock_ = std::make_unique<detail::folder_lock>(
+        detail::folder_lock::acquire(directory_, "checkpoint_manager"));
+    save_checkpoint(path, variables, step, [&] {
+      at = stage::agreeing;
+      agree(nullptr);
+      at = stage::agreed;
+    });
+    remove_beyond_max_to_keep(path);
+  } catch (...) {
+    // Every worker throws the chief's error, in the phase it failed in (a
+    // failed agreement has already thrown on every worker).
+    if (at == stage::writing)
+      agree(std::current_exception());
+    else if (at == stage::agreed)
+      confirm(std::current_exception());
+    throw;
+  }
+  confirm(nullptr);
+  return path;
+}
+
+void checkpoint_manager::remove_beyond_max_to_keep(const std::filesystem::path& kept) const {
   // Delete the oldest others: a step saved after larger ones (a rerun
   // from an earlier checkpoint) is kept, as TF keeps the latest save.
   auto existing = checkpoints();
-  std::erase(existing, path);
+  std::erase(existing, kept);
   while (existing.size() + 1 > max_to_keep_) {
     std::error_code ec;
     std::filesystem::remove(existing.front(), ec);
@@ -305,7 +387,6 @@ checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t st
                      + ec.message());
     existing.erase(existing.begin());
   }
-  return path;
 }
 
 std::vector<std::filesystem::path> checkpoint_manager::checkpoints() const {
@@ -343,19 +424,35 @@ checkpoint_manager::restore_latest(const std::vector<variable>& variables) const
   check_unique_names(variables, "restore");
   require_cross_replica(variables);
   const auto path = latest();
+  loaded_checkpoint checkpoint;
+  std::exception_ptr failure;
+  const auto workers = workers_of(strategy_);
+  try {
+    if (path)
+      if (auto reason = unreadable_reason([&] { checkpoint = load(*path); })) {
+        auto message = "checkpoint_manager: the newest checkpoint " + in_quotes(*path)
+                       + " is unreadable (" + *reason + "); ";
+        if (auto readable = newest_readable())
+          message += "the newest readable checkpoint is " + in_quotes(*readable)
+                     + "; restore it explicitly to resume from there, or remove the unreadable one";
+        else
+          message += "no checkpoint in " + in_quotes(directory_) + " is readable";
+        throw data_loss_error(message);
+      }
+  } catch (...) {
+    if (!workers)
+      throw;
+    failure = std::current_exception(); // every worker throws it, below
+  }
+  // Several workers resume together from one checkpoint or none.
+  if (workers) {
+    std::optional<detail::found_checkpoint> found;
+    if (path && !failure)
+      found = detail::found_checkpoint{checkpoint.info.step.value_or(-1), digest_of(checkpoint)};
+    detail::agree_on_resume(*workers, found, failure, directory_);
+  }
   if (!path)
     return std::nullopt;
-  loaded_checkpoint checkpoint;
-  if (auto reason = unreadable_reason([&] { checkpoint = load(*path); })) {
-    auto message = "checkpoint_manager: the newest checkpoint " + in_quotes(*path)
-                   + " is unreadable (" + *reason + "); ";
-    if (auto readable = newest_readable())
-      message += "the newest readable checkpoint is " + in_quotes(*readable)
-                 + "; restore it explicitly to resume from there, or remove the unreadable one";
-    else
-      message += "no checkpoint in " + in_quotes(directory_) + " is readable";
-    throw data_loss_error(message);
-  }
   assign_all(*path, checkpoint, variables);
   return std::move(checkpoint.info);
 }
