@@ -1,16 +1,22 @@
 // lockstep-run: starts a multi-worker lockstep program on this host.
 //
-//   lockstep-run -n N [--replicas-per-worker K] [--] program [args...]
+//   lockstep-run -n N [--replicas-per-worker K] [--max-restarts R] [--]
+//                program [args...]
 //
 // Starts N copies of `program`, worker i with TF_CONFIG naming a cluster of
 // N workers on loopback ports and task i, a fresh cluster token in a file
 // only this user can read (LOCKSTEP_CLUSTER_TOKEN_FILE), a job id of its
-// own, and LOCKSTEP_REPLICAS_PER_WORKER=K when given. Every line a worker
-// writes (stdout or stderr) is printed with its rank in front, on the same
-// stream. SIGINT, SIGTERM and SIGHUP are passed on to the workers. When a
-// worker fails (a non-zero status or a signal), the others are stopped
-// (SIGTERM, SIGKILL after 5 s) and lockstep-run exits with the failed
-// worker's status (128 + the signal for a signal); 0 when all succeed.
+// own, LOCKSTEP_GENERATION and LOCKSTEP_REPLICAS_PER_WORKER=K when given.
+// Every line a worker writes (stdout or stderr) is printed with its rank in
+// front, on the same stream. SIGINT, SIGTERM and SIGHUP are passed on to
+// the workers. When a worker fails (a non-zero status or a signal), the
+// others are stopped (SIGTERM, SIGKILL after 5 s) and every worker reaped.
+// Then, as torchrun does, the whole world starts again (generation g + 1,
+// on fresh ports, the same job and token) when restarts are left and every
+// failure was a signal or lockstep::peer_lost_exit_status (a lost peer);
+// the program resumes from its last checkpoint. Otherwise lockstep-run
+// exits with the first failed worker's status (128 + the signal for a
+// signal); 0 when all succeed.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,6 +27,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "lockstep/error.hpp"
 
 #include <array>
 #include <cerrno>
@@ -38,10 +46,11 @@ extern char** environ;
 namespace {
 
 constexpr const char* usage =
-  "usage: lockstep-run -n N [--replicas-per-worker K] [--] program [args...]\n"
+  "usage: lockstep-run -n N [--replicas-per-worker K] [--max-restarts R] [--] program [args...]\n"
   "Starts N workers of a multi-worker lockstep program on this host (TF_CONFIG,\n"
   "a fresh cluster token); prefixes their output with the rank; when one fails,\n"
-  "stops the others and exits with its status.\n";
+  "stops the others, then restarts them all (up to R times, default 0) when the\n"
+  "failure was a signal or a lost peer (exit status 75), else exits with its status.\n";
 
 volatile sig_atomic_t forwarded_signal = 0;
 
@@ -54,12 +63,13 @@ void on_signal(int signal) {
   std::exit(2);
 }
 
-std::size_t parse_count(const char* flag, const char* text) {
+std::size_t parse_count(const char* flag, const char* text, std::size_t least) {
   char* end = nullptr;
   errno = 0;
   const auto value = std::strtoul(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || value == 0 || value > 4096)
-    fail(std::string(flag) + " wants a whole number from 1 to 4096, got '" + text + "'");
+  if (errno != 0 || end == text || *end != '\0' || value < least || value > 4096)
+    fail(std::string(flag) + " wants a whole number from " + std::to_string(least)
+         + " to 4096, got '" + text + "'");
   return value;
 }
 
@@ -177,65 +187,73 @@ int exit_code(int status) {
   return 128 + WTERMSIG(status);
 }
 
-} // namespace
+/// How a worker ended, in words.
+std::string described(int status) {
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " ("
+           + "SIG" + sigabbrev_np(WTERMSIG(status)) + ")";
+  const int code = WEXITSTATUS(status);
+  std::string text = "exit status " + std::to_string(code);
+  if (code == lockstep::peer_lost_exit_status)
+    text += ": it lost a peer";
+  else if (code == 2)
+    text += ": a configuration error";
+  return text;
+}
 
-int main(int argc, char** argv) {
+/// A failure that a fresh world may get past: a signal or a lost peer.
+bool is_restartable(int status) {
+  return WIFSIGNALED(status) || WEXITSTATUS(status) == lockstep::peer_lost_exit_status;
+}
+
+/// What the launcher was asked for.
+struct launch {
   std::size_t workers = 0;
   std::optional<std::size_t> replicas;
-  int first = 1;
-  for (; first < argc; ++first) {
-    const std::string arg = argv[first];
-    if (arg == "--") {
-      ++first;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    if ((arg == "-n" || arg == "--replicas-per-worker") && first + 1 < argc) {
-      const auto value = parse_count(arg.c_str(), argv[++first]);
-      (arg == "-n" ? workers : replicas.emplace()) = value;
-      continue;
-    }
-    if (!arg.empty() && arg[0] == '-')
-      fail("unknown or incomplete option '" + arg + "'\n" + usage);
-    break;
-  }
-  if (workers == 0 || first >= argc)
-    fail(std::string("give -n and a program\n") + usage);
+  std::size_t max_restarts = 0;
+  char** program = nullptr;
+  std::string token_file;
+  std::string job_id;
+};
 
+/// How one generation ended.
+struct generation_end {
+  /// The exit status lockstep-run gives it: 0, or the first failure's.
+  int code = 0;
+  /// Whether starting the world again may help: every failure that
+  /// happened before lockstep-run stopped the others was restartable, and
+  /// the user did not interrupt.
+  bool restartable = false;
+};
+
+/// Runs generation `generation` of the world to its end: every worker
+/// reaped and its output printed.
+generation_end run_generation(const launch& job, std::uint64_t generation) {
   std::vector<int> ports;
-  for (std::size_t i = 0; i < workers; ++i)
+  for (std::size_t i = 0; i < job.workers; ++i)
     ports.push_back(free_port());
-  const auto token_file = write_token_file();
-  const auto job_id = "lockstep-run-" + std::to_string(::getpid()) + "-"
-                      + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
-
-  struct sigaction action{};
-  action.sa_handler = on_signal;
-  for (const int s : {SIGINT, SIGTERM, SIGHUP})
-    ::sigaction(s, &action, nullptr);
-
-  std::vector<worker> all(workers);
-  for (std::size_t i = 0; i < workers; ++i) {
+  std::vector<worker> all(job.workers);
+  for (std::size_t i = 0; i < job.workers; ++i) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
       fail(std::string("pipe failed: ") + std::strerror(errno));
     std::vector<std::string> environment{"TF_CONFIG=" + tf_config(ports, i),
-                                         "LOCKSTEP_CLUSTER_TOKEN_FILE=" + token_file,
-                                         "LOCKSTEP_JOB_ID=" + job_id};
-    if (replicas)
-      environment.push_back("LOCKSTEP_REPLICAS_PER_WORKER=" + std::to_string(*replicas));
-    all[i].pid = spawn(argv + first, environment, out[1], err[1]);
+                                         "LOCKSTEP_CLUSTER_TOKEN_FILE=" + job.token_file,
+                                         "LOCKSTEP_JOB_ID=" + job.job_id,
+                                         "LOCKSTEP_GENERATION=" + std::to_string(generation)};
+    if (job.replicas)
+      environment.push_back("LOCKSTEP_REPLICAS_PER_WORKER=" + std::to_string(*job.replicas));
+    all[i].pid = spawn(job.program, environment, out[1], err[1]);
     ::close(out[1]);
     ::close(err[1]);
     all[i].out = out[0];
     all[i].err = err[0];
   }
 
-  std::optional<int> failed; // the first failed worker's exit code
-  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  generation_end end;
+  bool stopping = false; // lockstep-run has told the workers to stop
+  // When the workers still running get SIGKILL; never until they are stopped.
+  auto kill_at = std::chrono::steady_clock::time_point::max();
   const auto stop_all = [&](int signal) {
     for (const auto& w : all)
       if (!w.status)
@@ -244,14 +262,16 @@ int main(int argc, char** argv) {
   for (;;) {
     if (forwarded_signal != 0) {
       stop_all(forwarded_signal);
-      if (!failed)
-        failed = 128 + forwarded_signal;
+      if (end.code == 0)
+        end.code = 128 + forwarded_signal;
+      end.restartable = false; // the user's word
+      stopping = true;
       forwarded_signal = 0;
       kill_at = std::chrono::steady_clock::now() + std::chrono::seconds{5};
     }
     std::vector<pollfd> fds;
     std::vector<std::pair<std::size_t, bool>> owners; // worker, is stderr
-    for (std::size_t i = 0; i < workers; ++i) {
+    for (std::size_t i = 0; i < job.workers; ++i) {
       if (all[i].out >= 0) {
         fds.push_back({all[i].out, POLLIN, 0});
         owners.emplace_back(i, false);
@@ -273,29 +293,101 @@ int main(int argc, char** argv) {
     if (fds.empty())
       ::poll(nullptr, 0, 100);
     bool running = false;
-    for (std::size_t i = 0; i < workers; ++i) {
+    bool newly_failed = false;
+    for (std::size_t i = 0; i < job.workers; ++i) {
       auto& w = all[i];
       int status = 0;
       if (!w.status && ::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.status = status;
-        if (exit_code(status) != 0 && !failed) {
-          std::fprintf(stderr, "lockstep-run: worker %zu failed (%s %d); stopping the others\n", i,
-                       WIFEXITED(status) ? "exit status" : "signal",
-                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-          failed = exit_code(status);
-          stop_all(SIGTERM);
-          kill_at = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+        // Workers that lockstep-run stopped end as it made them: no cause.
+        if (exit_code(status) != 0 && !stopping) {
+          std::fprintf(stderr, "lockstep-run: worker %zu failed (%s)\n", i,
+                       described(status).c_str());
+          if (end.code == 0) { // the first failure
+            end.code = exit_code(status);
+            end.restartable = true;
+          }
+          end.restartable = end.restartable && is_restartable(status);
+          newly_failed = true;
         }
       }
       running = running || !w.status || w.out >= 0 || w.err >= 0;
     }
+    if (newly_failed) {
+      stop_all(SIGTERM);
+      stopping = true;
+      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+    }
     if (!running)
       break;
-    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
+    if (std::chrono::steady_clock::now() > kill_at) {
       stop_all(SIGKILL);
-      kill_at.reset();
+      kill_at = std::chrono::steady_clock::time_point::max();
     }
   }
-  ::unlink(token_file.c_str());
-  return failed.value_or(0);
+  return end;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  launch job;
+  int first = 1;
+  for (; first < argc; ++first) {
+    const std::string arg = argv[first];
+    if (arg == "--") {
+      ++first;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (arg == "-n" && first + 1 < argc) {
+      job.workers = parse_count("-n", argv[++first], 1);
+      continue;
+    }
+    if (arg == "--replicas-per-worker" && first + 1 < argc) {
+      job.replicas = parse_count("--replicas-per-worker", argv[++first], 1);
+      continue;
+    }
+    if (arg == "--max-restarts" && first + 1 < argc) {
+      job.max_restarts = parse_count("--max-restarts", argv[++first], 0);
+      continue;
+    }
+    if (!arg.empty() && arg[0] == '-')
+      fail("unknown or incomplete option '" + arg + "'\n" + usage);
+    break;
+  }
+  if (job.workers == 0 || first >= argc)
+    fail(std::string("give -n and a program\n") + usage);
+  job.program = argv + first;
+  job.token_file = write_token_file();
+  job.job_id = "lockstep-run-" + std::to_string(::getpid()) + "-"
+               + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+
+  struct sigaction action{};
+  action.sa_handler = on_signal;
+  for (const int s : {SIGINT, SIGTERM, SIGHUP})
+    ::sigaction(s, &action, nullptr);
+
+  int code = 0;
+  for (std::size_t generation = 0;; ++generation) {
+    const auto end = run_generation(job, generation);
+    code = end.code;
+    if (code == 0 || !end.restartable)
+      break;
+    if (generation == job.max_restarts) {
+      if (job.max_restarts > 0)
+        std::fprintf(stderr, "lockstep-run: no restarts left (%zu of %zu used); giving up\n",
+                     generation, job.max_restarts);
+      break;
+    }
+    std::fprintf(stderr,
+                 "lockstep-run: every worker of generation %zu reaped; restarting all %zu from "
+                 "their last checkpoint: restart %zu of %zu (generation %zu)\n",
+                 generation, job.workers, generation + 1, job.max_restarts, generation + 1);
+  }
+  ::unlink(job.token_file.c_str());
+  return code;
 }

@@ -10,7 +10,9 @@
 // Ctrl-C saves a checkpoint (with --checkpoint-dir) and exits; running the
 // same command again resumes from it. Exit status: 0 done, 1 an error
 // (data, checkpoints, outputs, a diverging loss), 2 a bad command line,
-// 130 interrupted.
+// 75 a lost worker (lockstep::peer_lost_exit_status: lockstep-run
+// --max-restarts restarts the world from the last checkpoint), 130
+// interrupted.
 
 #include "command_line.hpp"
 #include "output_files.hpp"
@@ -26,8 +28,10 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -92,10 +96,30 @@ int run(int argc, char** argv) {
                                                 p.accuracy, p.examples_per_second())
                 << (p.step == p.steps ? "\n" : "") << std::flush;
     };
-    observer.on_epoch = [](const fashion_mnist::epoch_metrics& m) {
-      std::cerr << "  test accuracy " << m.test_accuracy << "\n";
-    };
   }
+  // The chief rewrites the metrics after every epoch, so a job that dies
+  // keeps its finished epochs' rows; a resumed run keeps the rows of the
+  // epochs before it.
+  std::vector<fashion_mnist::epoch_metrics> rows;
+  bool rows_read = false;
+  const auto keep_rows_before = [&](int epoch) {
+    if (!rows_read && std::filesystem::is_regular_file(cl.metrics)) {
+      try {
+        rows = fashion_mnist::read_metrics_csv(cl.metrics);
+      } catch (const lockstep::error& e) {
+        std::cerr << "ignoring the earlier metrics: " << printable(e.what(), false) << "\n";
+      }
+    }
+    rows_read = true;
+    std::erase_if(rows, [&](const auto& e) { return e.epoch >= epoch; });
+  };
+  if (chief)
+    observer.on_epoch = [&](const fashion_mnist::epoch_metrics& m) {
+      std::cerr << "  test accuracy " << m.test_accuracy << "\n";
+      keep_rows_before(m.epoch);
+      rows.push_back(m);
+      fashion_mnist::write_metrics_csv(cl.metrics, rows);
+    };
 
   std::signal(SIGINT, request_stop);
   const auto start = std::chrono::steady_clock::now();
@@ -105,22 +129,11 @@ int run(int argc, char** argv) {
 
   if (!chief)
     return result.interrupted ? 130 : 0;
-  // A resumed run keeps the rows of the epochs before it.
-  std::vector<fashion_mnist::epoch_metrics> rows;
-  if (result.resumed_from_step) {
-    try {
-      rows = fashion_mnist::read_metrics_csv(cl.metrics);
-    } catch (const lockstep::error& e) {
-      std::cerr << "ignoring the earlier metrics: " << printable(e.what(), false) << "\n";
-    }
-    const int first_new = result.epochs.empty() ? config.epochs + 1 : result.epochs.front().epoch;
-    std::erase_if(rows, [&](const auto& e) { return e.epoch >= first_new; });
-  }
-  rows.insert(rows.end(), result.epochs.begin(), result.epochs.end());
+  if (result.resumed_from_step && result.epochs.empty())
+    keep_rows_before(config.epochs + 1); // resumed at the end: the earlier rows
   if (!rows.empty()) {
     std::cout << "\n";
     fashion_mnist::print_summary(std::cout, rows);
-    fashion_mnist::write_metrics_csv(cl.metrics, rows);
     std::cout << "\nmetrics: " << printable(cl.metrics.native()) << "\n";
     if (const auto problem = fashion_mnist::plot_metrics(rows, cl.plot); problem.empty())
       std::cout << "plot: " << printable(cl.plot.native()) << "\n";
@@ -150,6 +163,9 @@ int main(int argc, char** argv) {
     std::cerr << "train_fashion_mnist: " << printable(e.what(), false) << "\n"
               << fashion_mnist::usage();
     return 2;
+  } catch (const lockstep::peer_lost_error& e) {
+    std::cerr << "train_fashion_mnist: " << printable(e.what(), false) << "\n";
+    return lockstep::peer_lost_exit_status;
   } catch (const std::exception& e) {
     std::cerr << "train_fashion_mnist: " << printable(e.what(), false) << "\n";
     return 1;

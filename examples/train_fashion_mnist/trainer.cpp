@@ -343,9 +343,7 @@ training_result train(const training_config& config, const training_data& data,
     if (!checkpoints)
       return;
     state.epoch.assign(tensor::scalar(epoch));
-    // Every worker resumes from the folder; only the chief writes to it.
-    if (!strategy.extended().should_checkpoint())
-      return;
+    // Every worker takes part (they agree on the step); the chief writes.
     if (auto path = checkpoints->save(state.checkpointed(), result.global_step))
       note("saved " + path->string());
   };

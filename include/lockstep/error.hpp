@@ -100,4 +100,9 @@ public:
   using error::error;
 };
 
+/// The exit status a worker process gives for a peer_lost_error
+/// (EX_TEMPFAIL): `lockstep-run --max-restarts` restarts the world for it,
+/// as for a worker killed by a signal, while other failures end the job.
+inline constexpr int peer_lost_exit_status = 75;
+
 } // namespace lockstep
