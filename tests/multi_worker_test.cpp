@@ -159,10 +159,12 @@ private:
 };
 
 /// `replicas[i]` replicas on worker i, each running the worker program with
-/// `args`; the workers, started.
+/// `args`, the last with `last_worker_environment` and the others with
+/// `others_environment` added; the workers, started.
 std::vector<process> start_cluster(const temp_folder& folder, const std::vector<int>& replicas,
                                    const std::vector<std::string>& args,
-                                   const std::vector<std::string>& last_worker_environment = {}) {
+                                   const std::vector<std::string>& last_worker_environment = {},
+                                   const std::vector<std::string>& others_environment = {}) {
   std::string workers;
   for (std::size_t i = 0; i < replicas.size(); ++i)
     workers += (i == 0 ? "\"127.0.0.1:" : ",\"127.0.0.1:") + std::to_string(free_port()) + "\"";
@@ -177,9 +179,8 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
                                          "LOCKSTEP_JOB_ID=multi-worker-test",
                                          "LOCKSTEP_REPLICAS_PER_WORKER="
                                            + std::to_string(replicas[i])};
-    if (i + 1 == replicas.size())
-      environment.insert(environment.end(), last_worker_environment.begin(),
-                         last_worker_environment.end());
+    const auto& added = i + 1 == replicas.size() ? last_worker_environment : others_environment;
+    environment.insert(environment.end(), added.begin(), added.end());
     processes.push_back(spawn(argv, environment_with(environment),
                               folder.path() / ("worker" + std::to_string(i) + ".txt")));
   }
@@ -197,12 +198,13 @@ void require_all_ok(const std::vector<process>& processes, const std::string& ex
 }
 
 /// The last worker of `processes` was killed or froze itself: the others
-/// must end well, having printed "ok lost"; it is reaped (killed first if
+/// must end well, having printed `expect`; it is reaped (killed first if
 /// frozen) and must have ended by a signal.
-void check_survivors_and_victim(std::vector<process>& processes) {
+void check_survivors_and_victim(std::vector<process>& processes,
+                                const std::string& expect = "ok lost") {
   auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
   wait_all(survivors, 60s);
-  require_all_ok(survivors, "ok lost");
+  require_all_ok(survivors, expect);
   auto& last = processes.back();
   ::kill(last.pid, SIGKILL); // frozen, or dead already
   int status = 0;
@@ -271,6 +273,23 @@ TEST_CASE("a worker with another replica count is refused naming the field") {
   CHECK(processes[1].text().find("refused: worker 1: 2 local replicas") != std::string::npos);
 }
 
+TEST_CASE("checkpoints of several workers: a two-phase commit, and one resume for all") {
+  temp_folder folder;
+  auto processes = start_cluster(folder, {2, 2, 2}, {"checkpoints", folder.path().string()});
+  check_survivors_and_victim(processes, "ok checkpoints");
+}
+
+TEST_CASE("a worker of an earlier generation cannot join a later one") {
+  temp_folder folder;
+  // Worker 0 (the coordinator) is of generation 1, worker 1 of 0.
+  auto processes = start_cluster(folder, {1, 1}, {"stale"}, {"LOCKSTEP_GENERATION=0"},
+                                 {"LOCKSTEP_GENERATION=1"});
+  wait_all(processes, 60s);
+  require_all_ok(processes, "");
+  CHECK(processes[0].text().find("join timed out") != std::string::npos);
+  CHECK(processes[1].text().find("refused: ") != std::string::npos);
+}
+
 TEST_CASE("lockstep-run: starts the workers, prefixes their lines, passes a failure on") {
   temp_folder folder;
   const auto run = program("LOCKSTEP_RUN");
@@ -291,11 +310,68 @@ TEST_CASE("lockstep-run: starts the workers, prefixes their lines, passes a fail
   REQUIRE(bad[0].status);
   CHECK_MESSAGE((WIFEXITED(*bad[0].status) && WEXITSTATUS(*bad[0].status) == 128 + SIGKILL),
                 bad[0].text());
-  CHECK(bad[0].text().find("worker 1 failed (signal 9); stopping the others") != std::string::npos);
+  CHECK(bad[0].text().find("worker 1 failed (killed by signal 9 (SIGKILL))") != std::string::npos);
+  CHECK(bad[0].text().find("restart") == std::string::npos); // none asked for
 
   auto usage = std::vector<process>{spawn({run, "-n", "zero", worker}, environment_with({}),
                                           folder.path() / "usage.txt")};
   wait_all(usage, 10s);
   CHECK(!usage[0].exited_ok());
   CHECK(usage[0].text().find("-n wants a whole number") != std::string::npos);
+}
+
+TEST_CASE("lockstep-run --max-restarts: a signal or a lost peer restarts the world, a "
+          "configuration error does not") {
+  temp_folder folder;
+  const auto run = program("LOCKSTEP_RUN");
+  const auto launched = [&](std::vector<std::string> argv, const std::string& name) {
+    argv.insert(argv.begin(), run);
+    auto p = std::vector<process>{spawn(argv, environment_with({}), folder.path() / name)};
+    wait_all(p, 60s);
+    REQUIRE(p[0].status);
+    return p[0];
+  };
+  const auto exit_status = [](const process& p) {
+    return WIFEXITED(*p.status) ? WEXITSTATUS(*p.status) : -1;
+  };
+  const auto has = [](const process& p, const std::string& part) {
+    return p.text().find(part) != std::string::npos;
+  };
+  // Generation 0: worker 1 dies of a signal; 1: worker 0 exits as after a
+  // lost peer (75); 2: both succeed. Each worker sees its generation.
+  const std::string script = R"(echo "generation $LOCKSTEP_GENERATION";
+    case "$LOCKSTEP_GENERATION $TF_CONFIG" in
+      0*'"index":1'*) kill -9 $$;;
+      1*'"index":0'*) exit 75;;
+      2*) exit 0;;
+    esac
+    sleep 30)";
+  const auto recovered = launched({"-n", "2", "--max-restarts", "2", "sh", "-c", script},
+                                  "recovered.txt");
+  CHECK_MESSAGE(exit_status(recovered) == 0, recovered.text());
+  CHECK(has(recovered, "[1] generation 0"));
+  CHECK(has(recovered, "worker 1 failed (killed by signal 9 (SIGKILL))"));
+  CHECK(has(recovered, "restart 1 of 2 (generation 1)"));
+  CHECK(has(recovered, "worker 0 failed (exit status 75: it lost a peer)"));
+  CHECK(has(recovered, "restart 2 of 2 (generation 2)"));
+  CHECK(has(recovered, "[0] generation 2"));
+  CHECK(has(recovered, "[1] generation 2"));
+
+  // Always killed: two restarts, then the signal's status.
+  const auto exhausted = launched({"-n", "2", "--max-restarts", "2", "sh", "-c",
+                                   "case \"$TF_CONFIG\" in *'\"index\":1'*) kill -9 $$;; esac; "
+                                   "sleep 30"},
+                                  "exhausted.txt");
+  CHECK_MESSAGE(exit_status(exhausted) == 128 + SIGKILL, exhausted.text());
+  CHECK(has(exhausted, "restart 2 of 2 (generation 2)"));
+  CHECK(has(exhausted, "no restarts left (2 of 2 used)"));
+
+  // A configuration error (2) is final, even beside a lost peer.
+  const auto configuration = launched(
+    {"-n", "2", "--max-restarts", "3", "sh", "-c",
+     "case \"$TF_CONFIG\" in *'\"index\":1'*) exit 2;; esac; sleep 30"},
+    "configuration.txt");
+  CHECK_MESSAGE(exit_status(configuration) == 2, configuration.text());
+  CHECK(has(configuration, "worker 1 failed (exit status 2: a configuration error)"));
+  CHECK_FALSE(has(configuration, "restart 1"));
 }

@@ -18,6 +18,16 @@
 //   refused       (worker 1 is given other replicas per worker) worker 1
 //                 is refused naming the field; the coordinator's join
 //                 times out naming worker 1
+//   checkpoints FOLDER  a checkpoint_manager in FOLDER/shared: a save in
+//                 view on every worker once it returns; saves of different
+//                 steps refused on every worker, nothing written; every
+//                 worker resumes from the same one; folders of their own
+//                 (FOLDER/<rank>) refused at the resume, naming each find;
+//                 the last worker dies where it would save, and the
+//                 chief's file never comes into view
+//   stale         (worker 1 is of an earlier generation, LOCKSTEP_GENERATION)
+//                 its handshake is refused; the coordinator's join times
+//                 out naming worker 1
 
 #include "lockstep/lockstep.hpp"
 
@@ -26,6 +36,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -345,14 +356,83 @@ void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
   std::printf("ok lost\n");
 }
 
+/// True when `text` holds `part`.
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+void checkpoints(multi_worker_mirrored_strategy& s, const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  const auto rank = rank_of(s);
+  const auto last = s.cluster().world_size - 1;
+  auto scope = s.scope();
+  variable v(tensor::scalar(1.0f), {.name = "v"});
+  const auto shared = folder / "shared";
+  checkpoint_manager manager(shared, 3, s);
+  const auto in_view = [&](int step) {
+    return fs::exists(shared / ("ckpt-" + std::to_string(step) + ".safetensors"));
+  };
+
+  const auto saved = manager.save({v}, 1);
+  require(saved.has_value() == (rank == 0), "the chief alone writes");
+  require(in_view(1), "the checkpoint is in view on every worker once save returns");
+
+  try {
+    manager.save({v}, rank == last ? 3 : 2);
+    throw std::runtime_error("saves of different steps succeeded");
+  } catch (const value_error& e) {
+    require(has(e.what(), "the workers save different steps")
+              && has(e.what(), "worker " + std::to_string(last) + " step 3"),
+            std::string("the refusal names each worker's step: ") + e.what());
+  }
+  require(!in_view(2) && !in_view(3), "a refused save writes nothing");
+
+  v.assign(tensor::scalar(5.0f));
+  const auto resumed = manager.restore_latest({v});
+  require(resumed && resumed->step == 1 && v.value().at<float>(0) == 1.0f,
+          "every worker resumes from step 1");
+
+  checkpoint_manager own(folder / std::to_string(rank), 3, s);
+  own.save({v}, 4); // in the chief's folder only
+  try {
+    own.restore_latest({v});
+    throw std::runtime_error("a resume from different folders succeeded");
+  } catch (const io_error& e) {
+    require(has(e.what(), "find different newest checkpoints") && has(e.what(), "worker 0 has step 4")
+              && has(e.what(), "worker 1 has none"),
+            std::string("the refusal names what each found: ") + e.what());
+  }
+
+  if (rank == last)
+    std::raise(SIGKILL); // where it would save
+  try {
+    manager.save({v}, 5);
+    throw std::runtime_error("a save without worker " + std::to_string(last) + " succeeded");
+  } catch (const peer_lost_error&) {
+  }
+  require(!in_view(5), "a save a worker died in never comes into view");
+  if (rank == 0)
+    for (const auto& entry : fs::directory_iterator(shared))
+      require(entry.path().filename() == "ckpt-1.safetensors"
+                || entry.path().filename().string().starts_with(".lockstep-writer"),
+              "nothing but ckpt-1 and the writer lock is left: " + entry.path().string());
+  std::printf("ok checkpoints\n");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   try {
-    if (scenario == "refused") {
+    if (scenario == "refused" || scenario == "stale") {
       try {
         multi_worker_mirrored_strategy s(cluster_resolver{}, test_options(3s));
+      } catch (const authentication_error& e) {
+        const std::string text = e.what();
+        require(scenario == "stale" && text.find("generation") != std::string::npos,
+                "a refused handshake names the generation among its causes: " + text);
+        std::printf("refused: %s\n", e.what());
+        return 0;
       } catch (const value_error& e) {
         const std::string text = e.what();
         require(text.find("local replicas") != std::string::npos, "refusal names the field: " + text);
@@ -371,6 +451,8 @@ int main(int argc, char** argv) {
       collectives(s);
     else if (scenario == "mismatch")
       mismatch(s);
+    else if (scenario == "checkpoints" && argc > 2)
+      checkpoints(s, argv[2]);
     else if (scenario == "lost" && argc > 3)
       lost_in_phase(s, argv[3]);
     else if (scenario == "lost" && argc > 2)

@@ -50,8 +50,11 @@ fs::path program() {
 /// Runs the program with `args` in the directory `cwd`, stdin from
 /// /dev/null, stdout and stderr captured. A run that takes longer than
 /// 120 s is killed and fails the test. `workers` > 0: `workers` copies
-/// under lockstep-run (LOCKSTEP_RUN).
-outcome run(const std::vector<std::string>& args, const fs::path& cwd, int workers = 0) {
+/// under lockstep-run (LOCKSTEP_RUN), with `launcher_options` and the
+/// variables `environment` added.
+outcome run(const std::vector<std::string>& args, const fs::path& cwd, int workers = 0,
+            const std::vector<std::string>& launcher_options = {},
+            const std::vector<std::string>& environment = {}) {
   static temporary_directory logs{"train_cli_logs"};
   static int count = 0;
   const auto out_path = logs.path() / ("out." + std::to_string(count));
@@ -62,11 +65,12 @@ outcome run(const std::vector<std::string>& args, const fs::path& cwd, int worke
     const char* launcher = std::getenv("LOCKSTEP_RUN");
     REQUIRE_MESSAGE(launcher != nullptr, "set LOCKSTEP_RUN to the built lockstep-run (meson does)");
     strings.insert(strings.begin(), {launcher, "-n", std::to_string(workers)});
+    strings.insert(strings.begin() + 3, launcher_options.begin(), launcher_options.end());
   }
   strings.insert(strings.end(), args.begin(), args.end());
 
   const auto exit = run_child_process({.argv = strings,
-                                       .extra_env = {},
+                                       .extra_env = environment,
                                        .cwd = cwd,
                                        .out = out_path,
                                        .err = err_path,
@@ -402,6 +406,40 @@ TEST_CASE("two workers: the chief alone writes checkpoints, and every worker res
   const auto expected = lines_of(read_file(straight.metrics()));
   REQUIRE(rows.size() == expected.size());
   for (std::size_t i = 1; i < rows.size(); ++i) // the same to the last digit
+    CHECK(figures(rows[i]) == figures(expected[i]));
+}
+
+TEST_CASE("a worker killed after the first checkpoint: lockstep-run restarts the world, "
+          "which ends with the weights of a run never interrupted, bit for bit") {
+  const auto options = [](const workspace& w) {
+    return w.options({"--epochs", "2", "--seed", "3", "--replicas", "1", "--checkpoint-dir",
+                      (w.dir.path() / "ckpt").string()});
+  };
+  const workspace straight;
+  const auto whole = run(options(straight), straight.dir.path(), 2);
+  REQUIRE_MESSAGE(whole.status == 0, whole.out << whole.err);
+
+  // Worker 1 of the first generation kills itself in the 12th all-reduce's
+  // reduce-scatter: step 12 of 16, after the checkpoint of step 8.
+  const workspace w;
+  const auto restarted
+    = run(options(w), w.dir.path(), 2, {"--max-restarts", "1"},
+          {"LOCKSTEP_FAULT=reduce-scatter:kill:12", "LOCKSTEP_FAULT_RANK=1",
+           "LOCKSTEP_FAULT_GENERATION=0"});
+  REQUIRE_MESSAGE(restarted.status == 0, restarted.out << restarted.err);
+  CHECK(has(restarted.err, "worker 1 failed (killed by signal 9 (SIGKILL))"));
+  CHECK(has(restarted.err, "restart 1 of 1 (generation 1)"));
+  const auto checkpoints = (w.dir.path() / "ckpt").string();
+  CHECK(has(restarted.err, "[0] resumed from " + checkpoints + "/ckpt-8.safetensors at step 8"));
+  // The same weights, optimizer slots and step: the same file.
+  const auto last = [](const workspace& run) {
+    return read_file(run.dir.path() / "ckpt" / "ckpt-16.safetensors");
+  };
+  CHECK(last(w) == last(straight));
+  const auto rows = lines_of(read_file(w.metrics()));
+  const auto expected = lines_of(read_file(straight.metrics()));
+  REQUIRE(rows.size() == expected.size());
+  for (std::size_t i = 1; i < rows.size(); ++i)
     CHECK(figures(rows[i]) == figures(expected[i]));
 }
 
