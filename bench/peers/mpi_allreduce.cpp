@@ -1,8 +1,9 @@
 // Open MPI's MPI_Allreduce as a peer of bench/allreduce, for
-// tools/compare_mpi.sh: in-place float SUM over MPI_COMM_WORLD, one buffer
-// per rank reused for every operation (so it stays in cache, as in the
-// peers' published figures). The transport is whatever mpirun selects;
-// `--variant` only labels the output.
+// tools/compare_mpi.sh (shared memory, whatever mpirun selects) and
+// tools/compare_tcp.sh (forced onto TCP by its mpirun flags): in-place float
+// SUM over MPI_COMM_WORLD, one buffer per rank reused for every operation
+// (so it stays in cache, as in the peers' published figures). The transport
+// is mpirun's choice; `--variant` only labels the output.
 //
 //   mpirun -np N mpi_allreduce [--variant LABEL] [--sizes B,B,...]
 //                              [--reps R] [--target-ms T]
@@ -16,8 +17,8 @@
 //
 //   CSV,mpi,VARIANT,RANKS,BYTES,K,BATCH,US_PER_OP
 //
-// Built by tools/compare_mpi.sh with mpicxx; not part of the meson build,
-// which does not depend on MPI.
+// Built by tools/compare_mpi.sh and tools/compare_tcp.sh with mpicxx; not
+// part of the meson build, which does not depend on MPI.
 
 #include <mpi.h>
 

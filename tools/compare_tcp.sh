@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# tools/compare_tcp.sh [--rounds N] [--workers LIST] [--json FILE] [--quick]
+#
+# Issue 15's comparison with the peers over TCP loopback: the all-reduce
+# between worker processes of `bench/allreduce --workers` (one replica per
+# worker) against Open MPI's MPI_Allreduce forced onto TCP and Gloo's two
+# TCP all-reduces, run alternately, with the medians, the ratios and the
+# targets. tools/compare_mpi.sh keeps the shared-memory comparison.
+#
+#   --rounds N      rounds (default 5; at least 5 unless --quick, whose
+#                   default is 1).
+#   --workers LIST  process counts (default 2,4); the targets are for 2.
+#   --json FILE     also write {"rows": [...], "targets": [...], "bound_gbs_total": ...}.
+#   --quick         short batches: a smoke test of the mechanics; its
+#                   figures mean little.
+#
+# What runs, each a fresh set of processes on this host, in place, float32
+# SUM, sizes 4 B, 1, 4, 16 and 64 MiB per process:
+#   mpi_tcp     bench/peers/mpi_allreduce.cpp under mpirun --mca pml ob1
+#               --mca btl tcp,self --mca btl_tcp_if_include lo (ob1 forced so
+#               that the btl choice applies); --oversubscribe only where the
+#               ranks outnumber the cores.
+#   gloo_ring   bench/peers/gloo_allreduce.cpp --algorithm ring:
+#               gloo::allreduce with Algorithm::RING, options built per call
+#               (PyTorch's path).
+#   gloo_halving_doubling   the same program with
+#               gloo::AllreduceHalvingDoubling<float>, constructed once per size.
+#               Both over gloo::transport::tcp on 127.0.0.1, FileStore rendezvous.
+#   lockstep    build/bench/allreduce --workers LIST: multi_worker_mirrored_strategy,
+#               one CPU replica per worker, K back-to-back in-place
+#               ctx.all_reduce calls inside one strategy.run; it first measures
+#               the loopback bound (two opposite TCP streams of 64 MiB messages,
+#               total payload rate P; algbw <= P / 2(W-1)).
+# The four take turns in every round, the order rotated by one each round.
+# The peers get the same batch count and length as lockstep (5 batches of
+# ~300 ms; --quick 2 of ~50 ms). The lockstep binary and its library are
+# copied at the start, so a rebuild of build/ during the run changes nothing.
+#
+# Figures. Per round: a peer's time is the median of its batches, lockstep's
+# the median of its repetitions; the tables show the median over rounds.
+# algbw = bytes / time (GB = 1e9 B). "vs X" = X's time / lockstep's time,
+# so above 1 lockstep is faster (for algbw the same as lockstep's algbw over
+# X's). Best Gloo = the faster of Gloo's two at that size and W.
+# "of bound" = the median over rounds of lockstep's algbw over the bound
+# measured in the same round.
+#
+# Targets, for W = 2 only (W above the core count is reported without):
+#   1, 4, 16, 64 MiB: algbw >= 1.1x Open MPI TCP's; >= 1.3x best Gloo's;
+#                     >= 80% of the loopback bound.
+#   4 B:              latency (us per all-reduce) <= Open MPI TCP's.
+# Each is printed as PASS or MISS; --json lists them as the other benchmarks
+# do (target, measured, limit, at_least, unit, pass).
+#
+# Needs g++, Open MPI and Gloo (apt-get install libopenmpi-dev openmpi-bin
+# libgloo-dev; not in tools/install-deps.sh, as only the comparisons use
+# them) and a build of bench/allreduce in build/ (tools/test.sh makes one).
+# It builds the peers into build/compare_tcp/, where the raw output of every
+# launch stays (round-R-NAME.out / .log, round-R-lockstep.json).
+# Exit status: 0 with a report, whether or not the targets are met; 1 when
+# a launch failed (crashed, timed out or found a wrong sum; the report
+# leaves it out); 2 for bad arguments or missing tools.
+set -euo pipefail
+shopt -s inherit_errexit
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+sizes=4,1048576,4194304,16777216,67108864
+work="$repo/build/compare_tcp"
+
+usage() {
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+die() {
+  echo "compare_tcp: $*" >&2
+  exit 2
+}
+
+# -- arguments ----------------------------------------------------------------
+
+rounds=""
+workers=2,4
+json=""
+quick=0
+while (($#)); do
+  case "$1" in
+    --rounds) (($# >= 2)) || usage; rounds="$2"; shift 2 ;;
+    --rounds=*) rounds="${1#*=}"; shift ;;
+    --workers) (($# >= 2)) || usage; workers="$2"; shift 2 ;;
+    --workers=*) workers="${1#*=}"; shift ;;
+    --json) (($# >= 2)) || usage; json="$2"; shift 2 ;;
+    --json=*) json="${1#*=}"; shift ;;
+    --quick) quick=1; shift ;;
+    -h|--help) usage ;;
+    *) echo "compare_tcp: unknown argument $1" >&2; usage ;;
+  esac
+done
+if [[ -z "$rounds" ]]; then
+  rounds=$((quick ? 1 : 5))
+fi
+if [[ ! "$rounds" =~ ^[0-9]+$ ]] || ((rounds < 1)); then
+  die "--rounds: expected a whole number of at least 1, got '$rounds'"
+fi
+((quick || rounds >= 5)) || die "--rounds: at least 5 (or use --quick for a smoke run)"
+[[ "$workers" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--workers: expected a list like 2,4, got '$workers'"
+IFS=',' read -r -a worlds <<<"$workers"
+for w in "${worlds[@]}"; do
+  ((w >= 2)) || die "--workers: at least 2 processes each, got $w"
+done
+if [[ -n "$json" ]]; then
+  json_dir="$(dirname "$json")"
+  [[ -d "$json_dir" ]] || die "--json: no folder $json_dir"
+  json="$(cd "$json_dir" && pwd)/$(basename "$json")"
+fi
+
+if ((quick)); then
+  reps=2 budget_ms=50 launch_limit_s=300
+else
+  reps=5 budget_ms=300 launch_limit_s=900
+fi
+
+# -- tools and builds -------------------------------------------------------------
+
+for tool in g++ mpicxx mpirun python3 timeout; do
+  command -v "$tool" >/dev/null \
+    || die "$tool not found (Open MPI and Gloo: apt-get install libopenmpi-dev openmpi-bin libgloo-dev)"
+done
+echo '#include <gloo/allreduce.h>' | g++ -std=c++20 -E -x c++ - >/dev/null 2>&1 \
+  || die "Gloo's headers not found (apt-get install libgloo-dev)"
+allreduce="$repo/build/bench/allreduce"
+[[ -x "$allreduce" ]] || die "build/bench/allreduce missing; run tools/test.sh first"
+"$allreduce" --help 2>&1 | grep -q -- '--workers' \
+  || die "build/bench/allreduce has no --workers mode; rebuild it"
+
+mkdir -p "$work"
+rm -rf "$work"/round-* "$work/lockstep" "$work/tmp"
+mkdir -p "$work/lockstep/bench" "$work/tmp"
+# bench/allreduce finds liblockstep through its RUNPATH $ORIGIN/..
+cp "$allreduce" "$work/lockstep/bench/allreduce"
+if [[ -e "$repo/build/liblockstep.so.0" ]]; then
+  cp -L "$repo/build/liblockstep.so.0" "$work/lockstep/"
+fi
+allreduce="$work/lockstep/bench/allreduce"
+
+echo "compare_tcp: building the peers into $work" >&2
+mpicxx -O3 -march=native -std=c++20 "$repo/bench/peers/mpi_allreduce.cpp" \
+  -o "$work/mpi_allreduce"
+g++ -O3 -march=native -std=c++20 -pthread "$repo/bench/peers/gloo_allreduce.cpp" \
+  -o "$work/gloo_allreduce" -lgloo
+
+# -- runs -------------------------------------------------------------------------
+
+cores="$(nproc)"
+mpi_flags=(--mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo
+  --mca btl_base_warn_component_unused 0)
+((EUID != 0)) || mpi_flags+=(--allow-run-as-root)
+peer_flags=(--sizes "$sizes" --reps "$reps" --target-ms "$budget_ms")
+# Gloo's FileStore folders; one a killed launch leaves behind stays here.
+export TMPDIR="$work/tmp"
+
+failures=()
+
+# launch NAME COMMAND...: runs one launch into round-$round-NAME.out / .log.
+launch() {
+  local name="$1" status=0
+  shift
+  local out="$work/round-$round-$name"
+  timeout --kill-after=10 "$launch_limit_s" "$@" >"$out.out" 2>"$out.log" || status=$?
+  if ((status != 0)); then
+    echo "compare_tcp:   $name FAILED (exit $status; log: $out.log)" >&2
+    failures+=("round $round: $name (exit $status)")
+    # Kept for a look, out of the report's way.
+    [[ ! -e "$out.out" ]] || mv "$out.out" "$out.out.failed"
+    [[ ! -e "$out.json" ]] || mv "$out.json" "$out.json.failed"
+  fi
+}
+
+run_arm() {
+  local w
+  case "$1" in
+    mpi_tcp)
+      for w in "${worlds[@]}"; do
+        local over=()
+        ((w <= cores)) || over=(--oversubscribe)
+        launch "mpi_tcp-$w" mpirun "${mpi_flags[@]}" "${over[@]}" -np "$w" \
+          "$work/mpi_allreduce" --variant tcp "${peer_flags[@]}"
+      done ;;
+    gloo_ring|gloo_halving_doubling)
+      for w in "${worlds[@]}"; do
+        launch "$1-$w" "$work/gloo_allreduce" --ranks "$w" --algorithm "${1#gloo_}" \
+          "${peer_flags[@]}"
+      done ;;
+    lockstep)
+      launch lockstep "$allreduce" --workers "$workers" --sizes "$sizes" --reps "$reps" \
+        --budget-ms "$budget_ms" --json "$work/round-$round-lockstep.json" ;;
+  esac
+}
+
+arms=(mpi_tcp gloo_ring gloo_halving_doubling lockstep)
+start_s=$SECONDS
+for ((round = 1; round <= rounds; ++round)); do
+  shift_by=$(((round - 1) % ${#arms[@]}))
+  order=("${arms[@]:shift_by}" "${arms[@]:0:shift_by}")
+  read -r load1 load5 load15 _ </proc/loadavg
+  echo "$round $load1 $load5 $load15" >>"$work/round-loadavg"
+  echo "compare_tcp: round $round of $rounds (order: ${order[*]}; load $load1 $load5 $load15)" >&2
+  for arm in "${order[@]}"; do
+    t0=$SECONDS
+    run_arm "$arm"
+    echo "compare_tcp:   $arm: $((SECONDS - t0)) s" >&2
+  done
+done
+read -r load1 load5 load15 _ </proc/loadavg
+echo "end $load1 $load5 $load15" >>"$work/round-loadavg"
+echo "compare_tcp: $rounds rounds in $((SECONDS - start_s)) s; raw output in $work" >&2
+echo
+
+# -- report -----------------------------------------------------------------------
+
+python3 - "$work" "$rounds" "$workers" "$sizes" "$cores" "$quick" "${json:-}" \
+  "${failures[@]}" <<'EOF'
+import csv, glob, json, os, re, statistics, sys
+
+work, rounds, workers, sizes, cores, quick, json_path, *failures = sys.argv[1:]
+rounds, cores, quick = int(rounds), int(cores), quick == "1"
+worlds = [int(w) for w in workers.split(",")]
+sizes = [int(s) for s in sizes.split(",")]
+peers = ("mpi_tcp", "gloo_ring", "gloo_halving_doubling")
+names = {"mpi_tcp": "Open MPI TCP", "gloo_ring": "Gloo ring",
+         "gloo_halving_doubling": "Gloo halving-doubling", "lockstep": "lockstep"}
+median = statistics.median
+
+# per_round[impl][(world, bytes)] = [seconds in each round that has it]
+per_round = {impl: {} for impl in (*peers, "lockstep")}
+for path in sorted(glob.glob(f"{work}/round-*-*.out")):
+    impl = re.match(r".*/round-\d+-(.*?)(-\d+)?\.out$", path).group(1)
+    if impl not in peers:
+        continue
+    batches = {}
+    for row in csv.reader(open(path)):
+        # CSV,IMPL,VARIANT,RANKS,BYTES,K,BATCH,US_PER_OP
+        if row and row[0] == "CSV":
+            batches.setdefault((int(row[3]), int(row[4])), []).append(float(row[7]) / 1e6)
+    for key, seconds in batches.items():
+        per_round[impl].setdefault(key, []).append(median(seconds))
+bound_total = []                 # P in GB/s, one per round
+of_bound = {}                    # (world, bytes) -> [algbw / bound per round]
+for path in sorted(glob.glob(f"{work}/round-*-lockstep.json")):
+    result = json.load(open(path))
+    bound_total.append(result["bound_gbs_total"])
+    for row in result["rows"]:
+        key = (row["workers"], row["bytes"])
+        per_round["lockstep"].setdefault(key, []).append(row["seconds"])
+        of_bound.setdefault(key, []).append(row["algbw_gbs"] / row["bound_gbs"])
+loads = [line.split() for line in open(f"{work}/round-loadavg")]
+
+def size(b):
+    return f"{b} B" if b < 1024 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+def med(impl, key):
+    values = per_round[impl].get(key)
+    return median(values) if values else None
+
+def number(x):
+    return "n/a" if x is None else f"{x:.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+rows = []
+for w in worlds:
+    for b in sizes:
+        key = (w, b)
+        t = {impl: med(impl, key) for impl in per_round}
+        gloo = [impl for impl in ("gloo_ring", "gloo_halving_doubling") if t[impl]]
+        best_gloo = min(gloo, key=lambda impl: t[impl]) if gloo else None
+        vs = lambda peer: t[peer] / t["lockstep"] if t[peer] and t["lockstep"] else None
+        row = {"workers": w, "bytes": b,
+               "time_us": {impl: None if s is None else s * 1e6 for impl, s in t.items()},
+               "algbw_gbs": {impl: None if s is None else b / s / 1e9 for impl, s in t.items()},
+               "rounds": {impl: len(per_round[impl].get(key, [])) for impl in per_round},
+               "best_gloo": best_gloo,
+               "vs_mpi_tcp": vs("mpi_tcp"),
+               "vs_best_gloo": vs(best_gloo) if best_gloo else None,
+               "bound_gbs": median(bound_total) / (2 * (w - 1)) if bound_total else None,
+               "fraction_of_bound": median(of_bound[key]) if key in of_bound else None}
+        rows.append(row)
+
+print(f"compare_tcp: medians of {rounds} round(s){' (--quick: not a result)' if quick else ''}; "
+      f"{cores} cores; in place, float32 SUM, one process per rank/worker, loopback TCP.")
+print("Load average (1/5/15 min) at each round's start and at the end: "
+      + "; ".join(f"{r[0]}: {' '.join(r[1:])}" for r in loads))
+if bound_total:
+    print(f"Bound: two opposite loopback streams move P = {median(bound_total):.2f} GB/s in all "
+          f"(rounds: {min(bound_total):.2f}-{max(bound_total):.2f}); algbw <= P / 2(W-1).")
+print("4 B: latency in us; else algbw in GB/s (GB = 1e9 B). vs X = X's time / lockstep's "
+      "(above 1: lockstep is faster). of bound: lockstep's algbw / the same round's bound.\n")
+print("| S | W | Open MPI TCP | Gloo ring | Gloo halving-doubling | lockstep "
+      "| vs Open MPI | vs best Gloo | of bound |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for row in rows:
+    b = row["bytes"]
+    figure = row["time_us"] if b <= 4 else row["algbw_gbs"]
+    cells = [number(figure[impl]) for impl in (*peers, "lockstep")]
+    fraction = row["fraction_of_bound"]
+    bound = "" if b <= 4 or fraction is None else f"{100 * fraction:.0f}%"
+    ratio = lambda x: "n/a" if x is None else f"{x:.2f}x"
+    print(f"| {size(b)} | {row['workers']} | {' | '.join(cells)} | {ratio(row['vs_mpi_tcp'])} "
+          f"| {ratio(row['vs_best_gloo'])} | {bound} |")
+
+targets = []
+def target(what, measured, limit, at_least, unit):
+    ok = measured is not None and limit is not None and (
+        measured >= limit if at_least else measured <= limit)
+    targets.append({"target": what, "measured": measured, "limit": limit,
+                    "at_least": at_least, "unit": unit, "pass": ok})
+
+if 2 in worlds:
+    for row in (r for r in rows if r["workers"] == 2):
+        b, t, g = row["bytes"], row["time_us"], row["algbw_gbs"]
+        if b == 4:
+            target(f"4 B, 2 workers: latency <= Open MPI TCP's {number(t['mpi_tcp'])} us",
+                   t["lockstep"], t["mpi_tcp"], False, "us")
+            continue
+        if b not in (1 << 20, 4 << 20, 16 << 20, 64 << 20):
+            continue
+        mpi, best = g["mpi_tcp"], g[row["best_gloo"]] if row["best_gloo"] else None
+        target(f"{size(b)}, 2 workers: algbw >= 1.1x Open MPI TCP's {number(mpi)} GB/s",
+               g["lockstep"], None if mpi is None else 1.1 * mpi, True, "GB/s")
+        target(f"{size(b)}, 2 workers: algbw >= 1.3x best Gloo's ({row['best_gloo']}) "
+               f"{number(best)} GB/s", g["lockstep"], None if best is None else 1.3 * best,
+               True, "GB/s")
+        fraction = row["fraction_of_bound"]
+        target(f"{size(b)}, 2 workers: algbw >= 80% of the loopback bound",
+               None if fraction is None else 100 * fraction, 80.0, True, "%")
+
+if targets:
+    print("\n| target | measured | limit | |\n|---|---:|---:|---|")
+    for t in targets:
+        print(f"| {t['target']} | {number(t['measured'])} {t['unit']} "
+              f"| {'>=' if t['at_least'] else '<='} {number(t['limit'])} {t['unit']} "
+              f"| {'PASS' if t['pass'] else 'MISS'} |")
+    print(f"\n{sum(t['pass'] for t in targets)} of {len(targets)} targets met"
+          + ("; W above the core count has no targets." if any(w > cores for w in worlds) else "."))
+if failures:
+    print("\nFailed launches (left out): " + "; ".join(failures))
+
+if json_path:
+    out = {"benchmark": "compare_tcp", "rounds": rounds, "quick": quick, "cores": cores,
+           "workers": worlds, "sizes": sizes,
+           "bound_gbs_total": median(bound_total) if bound_total else None,
+           "bound_gbs_total_by_round": bound_total,
+           "loadavg": [{"when": r[0], "load": [float(x) for x in r[1:]]} for r in loads],
+           "rows": rows, "targets": targets, "failed_launches": failures,
+           "method": {
+               "time_us": "per implementation, the median over rounds of its time per "
+                          "all-reduce in that round: a peer's median batch (K back-to-back "
+                          "operations timed on rank 0), lockstep's median repetition (K "
+                          "in-place ctx.all_reduce calls inside one strategy.run)",
+               "algbw_gbs": "bytes / time, GB = 1e9 B",
+               "vs": "the peer's time / lockstep's time: above 1, lockstep is faster",
+               "best_gloo": "the faster of gloo_ring and gloo_halving_doubling at that size",
+               "bound_gbs": "P / 2(W-1), P = the median over rounds of bench/allreduce's two "
+                            "opposite loopback streams' total payload rate",
+               "fraction_of_bound": "the median over rounds of lockstep's algbw / the bound "
+                                    "measured in the same round"}}
+    with open(json_path + ".tmp", "w") as f:
+        json.dump(out, f, indent=2)
+    os.replace(json_path + ".tmp", json_path)
+    print(f"\nwrote {json_path}")
+EOF
+((${#failures[@]} == 0)) || exit 1
