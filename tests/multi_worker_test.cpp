@@ -5,158 +5,20 @@
 // users. MULTI_WORKER_PROGRAM and LOCKSTEP_RUN (set by meson) name the two
 // programs.
 
+#include "worker_processes.hpp"
+
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
-
-extern char** environ;
 
 namespace {
 
 using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-
-std::string program(const char* variable) {
-  const char* path = std::getenv(variable);
-  REQUIRE_MESSAGE(path != nullptr, variable << " is not set (run the test through meson)");
-  return path;
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-/// This process's environment without the cluster variables of any
-/// launcher, plus `extra`.
-std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
-  std::vector<std::string> out;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const bool cluster = entry.starts_with("TF_CONFIG=")
-                         || (entry.starts_with("LOCKSTEP_") && !entry.starts_with("LOCKSTEP_LOG="))
-                         || entry.starts_with("RANK=") || entry.starts_with("WORLD_SIZE=")
-                         || entry.starts_with("OMPI_COMM_WORLD") || entry.starts_with("SLURM_");
-    if (!cluster)
-      out.push_back(entry);
-  }
-  out.insert(out.end(), extra.begin(), extra.end());
-  return out;
-}
-
-struct process {
-  pid_t pid = -1;
-  fs::path output; // stdout and stderr together
-  std::optional<int> status;
-
-  std::string text() const {
-    std::ifstream in(output);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  std::string how() const {
-    if (!status)
-      return "still running";
-    if (WIFEXITED(*status))
-      return "exit status " + std::to_string(WEXITSTATUS(*status));
-    return "signal " + std::to_string(WTERMSIG(*status));
-  }
-  bool exited_ok() const { return status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0; }
-};
-
-process spawn(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
-              const fs::path& output) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  std::vector<char*> args, env;
-  for (const auto& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : environment)
-    env.push_back(const_cast<char*>(e.c_str()));
-  env.push_back(nullptr);
-  process p;
-  p.output = output;
-  const int error = ::posix_spawn(&p.pid, args[0], &actions, nullptr, args.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE_MESSAGE(error == 0, "cannot start " << argv[0] << ": " << std::strerror(error));
-  return p;
-}
-
-/// Waits for every process until `deadline`; then kills those left, which
-/// fails the test.
-void wait_all(std::vector<process>& processes, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    bool running = false;
-    for (auto& p : processes) {
-      int status = 0;
-      if (!p.status && ::waitpid(p.pid, &status, WNOHANG) == p.pid)
-        p.status = status;
-      running = running || !p.status;
-    }
-    if (!running)
-      return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (auto& p : processes)
-        if (!p.status) {
-          ::kill(p.pid, SIGKILL);
-          int status = 0;
-          ::waitpid(p.pid, &status, 0);
-          p.status = status;
-          FAIL_CHECK("a worker still ran after " << limit.count() << " s; its output:\n"
-                                                 << p.text());
-        }
-      return;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
-class temp_folder {
-public:
-  temp_folder() {
-    std::string pattern = (fs::temp_directory_path() / "lockstep-mw-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~temp_folder() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
-};
 
 /// `replicas[i]` replicas on worker i, each running the worker program with
 /// `args`, the last with `last_worker_environment` and the others with
@@ -165,12 +27,13 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
                                    const std::vector<std::string>& args,
                                    const std::vector<std::string>& last_worker_environment = {},
                                    const std::vector<std::string>& others_environment = {}) {
+  const auto base = free_ports(static_cast<int>(replicas.size()));
   std::string workers;
   for (std::size_t i = 0; i < replicas.size(); ++i)
-    workers += (i == 0 ? "\"127.0.0.1:" : ",\"127.0.0.1:") + std::to_string(free_port()) + "\"";
+    workers += (i == 0 ? "\"127.0.0.1:" : ",\"127.0.0.1:") + std::to_string(base + i) + "\"";
   std::vector<process> processes;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
-    std::vector<std::string> argv{program("MULTI_WORKER_PROGRAM")};
+    std::vector<std::string> argv{test_program("MULTI_WORKER_PROGRAM")};
     argv.insert(argv.end(), args.begin(), args.end());
     const auto config = "TF_CONFIG={\"cluster\":{\"worker\":[" + workers
                         + "]},\"task\":{\"type\":\"worker\",\"index\":" + std::to_string(i) + "}}";
@@ -185,16 +48,6 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
                               folder.path() / ("worker" + std::to_string(i) + ".txt")));
   }
   return processes;
-}
-
-void require_all_ok(const std::vector<process>& processes, const std::string& expect) {
-  for (std::size_t i = 0; i < processes.size(); ++i) {
-    const auto text = processes[i].text();
-    CHECK_MESSAGE(processes[i].exited_ok(), "worker " << i << " failed (" << processes[i].how()
-                                                      << "):\n" << text);
-    CHECK_MESSAGE(text.find(expect) != std::string::npos,
-                  "worker " << i << " did not print '" << expect << "':\n" << text);
-  }
 }
 
 /// The last worker of `processes` was killed or froze itself: the others
@@ -292,8 +145,8 @@ TEST_CASE("a worker of an earlier generation cannot join a later one") {
 
 TEST_CASE("lockstep-run: starts the workers, prefixes their lines, passes a failure on") {
   temp_folder folder;
-  const auto run = program("LOCKSTEP_RUN");
-  const auto worker = program("MULTI_WORKER_PROGRAM");
+  const auto run = test_program("LOCKSTEP_RUN");
+  const auto worker = test_program("MULTI_WORKER_PROGRAM");
   auto good = std::vector<process>{spawn({run, "-n", "2", "--replicas-per-worker", "2", worker,
                                           "collectives"},
                                          environment_with({}), folder.path() / "good.txt")};
@@ -323,7 +176,7 @@ TEST_CASE("lockstep-run: starts the workers, prefixes their lines, passes a fail
 TEST_CASE("lockstep-run --max-restarts: a signal or a lost peer restarts the world, a "
           "configuration error does not") {
   temp_folder folder;
-  const auto run = program("LOCKSTEP_RUN");
+  const auto run = test_program("LOCKSTEP_RUN");
   const auto launched = [&](std::vector<std::string> argv, const std::string& name) {
     argv.insert(argv.begin(), run);
     auto p = std::vector<process>{spawn(argv, environment_with({}), folder.path() / name)};

@@ -15,9 +15,13 @@
 //                 naming it
 //   lost kill|stop PHASE  the same inside an all-reduce, at PHASE (the
 //                 test sets LOCKSTEP_FAULT in the last worker's environment)
-//   refused       (worker 1 is given other replicas per worker) worker 1
-//                 is refused naming the field; the coordinator's join
-//                 times out naming worker 1
+//   refused [WHY] (worker 1 is given other replicas per worker, or
+//                 another world size) worker 1 is refused with an error
+//                 that holds WHY (default "local replicas"); the
+//                 coordinator's join times out naming worker 1
+//
+// `--slurm-port-base N` before the scenario sets cluster_options'
+// slurm_port_base, as a program run under srun would (no variable sets it).
 //   checkpoints FOLDER  a checkpoint_manager in FOLDER/shared: a save in
 //                 view on every worker once it returns; saves of different
 //                 steps refused on every worker, nothing written; every
@@ -422,11 +426,18 @@ void checkpoints(multi_worker_mirrored_strategy& s, const std::filesystem::path&
 } // namespace
 
 int main(int argc, char** argv) {
-  const std::string scenario = argc > 1 ? argv[1] : "";
+  std::vector<std::string> args(argv + 1, argv + argc);
+  cluster_options cluster;
+  if (args.size() >= 2 && args[0] == "--slurm-port-base") {
+    cluster.slurm_port_base = static_cast<std::uint16_t>(std::stoul(args[1]));
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  const std::string scenario = args.empty() ? "" : args[0];
   try {
     if (scenario == "refused" || scenario == "stale") {
+      const std::string why = args.size() > 1 ? args[1] : "local replicas";
       try {
-        multi_worker_mirrored_strategy s(cluster_resolver{}, test_options(3s));
+        multi_worker_mirrored_strategy s(cluster_resolver{cluster}, test_options(3s));
       } catch (const authentication_error& e) {
         const std::string text = e.what();
         require(scenario == "stale" && text.find("generation") != std::string::npos,
@@ -435,7 +446,7 @@ int main(int argc, char** argv) {
         return 0;
       } catch (const value_error& e) {
         const std::string text = e.what();
-        require(text.find("local replicas") != std::string::npos, "refusal names the field: " + text);
+        require(text.find(why) != std::string::npos, "refusal names the field: " + text);
         std::printf("refused: %s\n", e.what());
         return 0;
       } catch (const timeout_error& e) {
@@ -446,17 +457,17 @@ int main(int argc, char** argv) {
       }
       throw std::runtime_error("the rendezvous succeeded");
     }
-    multi_worker_mirrored_strategy s(cluster_resolver{}, test_options());
+    multi_worker_mirrored_strategy s(cluster_resolver{cluster}, test_options());
     if (scenario == "collectives")
       collectives(s);
     else if (scenario == "mismatch")
       mismatch(s);
-    else if (scenario == "checkpoints" && argc > 2)
-      checkpoints(s, argv[2]);
-    else if (scenario == "lost" && argc > 3)
-      lost_in_phase(s, argv[3]);
-    else if (scenario == "lost" && argc > 2)
-      lost(s, argv[2]);
+    else if (scenario == "checkpoints" && args.size() > 1)
+      checkpoints(s, args[1]);
+    else if (scenario == "lost" && args.size() > 2)
+      lost_in_phase(s, args[2]);
+    else if (scenario == "lost" && args.size() > 1)
+      lost(s, args[1]);
     else
       throw std::runtime_error("unknown scenario '" + scenario + "'");
     return 0;

@@ -18,6 +18,7 @@ packages=(
   libssl-dev            # OpenSSL libcrypto: the cluster handshake's HMAC-SHA256
   dataset-fashion-mnist # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist): examples, tests/idx_test
   gnuplot-nox           # plots of benchmark tables
+  openmpi-bin           # mpirun: tests/launchers_test runs one real Open MPI job
 )
 
 missing=()
