@@ -250,18 +250,6 @@ std::optional<detail::worker_agreement> workers_of(const lockstep::strategy& str
 /// lockstep::save, with `before_rename` run when the file is complete but
 /// not yet in view.
 void save_checkpoint(const std::filesystem::path& path, const std::vector<variable>& variables,
-                     std::int64_t step, const std::function<void()>& before_rename);
-
-} // namespace
-
-void save(const std::filesystem::path& path, const std::vector<variable>& variables,
-          std::int64_t step) {
-  save_checkpoint(path, variables, step, {});
-}
-
-namespace {
-
-void save_checkpoint(const std::filesystem::path& path, const std::vector<variable>& variables,
                      std::int64_t step, const std::function<void()>& before_rename) {
   check_unique_names(variables, "save");
   if (step < 0)
@@ -290,6 +278,11 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<variab
 }
 
 } // namespace
+
+void save(const std::filesystem::path& path, const std::vector<variable>& variables,
+          std::int64_t step) {
+  save_checkpoint(path, variables, step, {});
+}
 
 checkpoint_info restore(const std::filesystem::path& path, const std::vector<variable>& variables) {
   check_unique_names(variables, "restore");
