@@ -418,20 +418,24 @@ checkpoint_manager::restore_latest(const std::vector<variable>& variables) const
   require_cross_replica(variables);
   const auto path = latest();
   loaded_checkpoint checkpoint;
-  std::exception_ptr failure;
+  const auto load_newest = [&] {
+    const auto reason = unreadable_reason([&] { checkpoint = load(*path); });
+    if (!reason)
+      return;
+    auto message = "checkpoint_manager: the newest checkpoint " + in_quotes(*path)
+                   + " is unreadable (" + *reason + "); ";
+    if (auto readable = newest_readable())
+      message += "the newest readable checkpoint is " + in_quotes(*readable)
+                 + "; restore it explicitly to resume from there, or remove the unreadable one";
+    else
+      message += "no checkpoint in " + in_quotes(directory_) + " is readable";
+    throw data_loss_error(message);
+  };
   const auto workers = workers_of(strategy_);
+  std::exception_ptr failure;
   try {
     if (path)
-      if (auto reason = unreadable_reason([&] { checkpoint = load(*path); })) {
-        auto message = "checkpoint_manager: the newest checkpoint " + in_quotes(*path)
-                       + " is unreadable (" + *reason + "); ";
-        if (auto readable = newest_readable())
-          message += "the newest readable checkpoint is " + in_quotes(*readable)
-                     + "; restore it explicitly to resume from there, or remove the unreadable one";
-        else
-          message += "no checkpoint in " + in_quotes(directory_) + " is readable";
-        throw data_loss_error(message);
-      }
+      load_newest();
   } catch (...) {
     if (!workers)
       throw;
