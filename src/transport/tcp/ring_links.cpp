@@ -25,9 +25,12 @@ std::string worker(std::size_t rank) {
 }
 
 /// One non-blocking write to `peer`; the bytes sent, 0 when it would block.
+/// (The peer's name is only spelt out for an error: this runs in a spin.)
 std::size_t send_some(tcp_socket& socket, std::span<const std::uint8_t> data, std::size_t peer) {
   boost::system::error_code error;
   const auto sent = socket.write_some(boost::asio::buffer(data.data(), data.size()), error);
+  if (!error || error == boost::asio::error::would_block)
+    return error ? 0 : sent;
   return moved_or_closed(sent, error, worker(peer));
 }
 
@@ -35,6 +38,8 @@ std::size_t send_some(tcp_socket& socket, std::span<const std::uint8_t> data, st
 std::size_t receive_some(tcp_socket& socket, std::span<std::uint8_t> data, std::size_t peer) {
   boost::system::error_code error;
   const auto got = socket.read_some(boost::asio::buffer(data.data(), data.size()), error);
+  if (!error || error == boost::asio::error::would_block)
+    return error ? 0 : got;
   return moved_or_closed(got, error, worker(peer));
 }
 
@@ -42,8 +47,10 @@ std::size_t receive_some(tcp_socket& socket, std::span<std::uint8_t> data, std::
 
 void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
                           io_clock::time_point deadline) {
-  next.non_blocking(true);
-  prev.non_blocking(true);
+  // Set once: asio's non_blocking(true) is an ioctl(2) each time.
+  for (auto* socket : {&next, &prev})
+    if (!socket->non_blocking())
+      socket->non_blocking(true);
   std::size_t sent = 0;
   std::size_t received = 0;
   const auto budget = spin_budget();
