@@ -77,9 +77,9 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   const auto record = [&](const std::string& outcome) {
     std::lock_guard lock{mutex_};
     running_ = 0;
-    records_.push_back(f.to_string() + ": " + outcome);
-    if (records_.size() > flight_records)
-      records_.pop_front();
+    flight_.push_back(f.to_string() + ": " + outcome);
+    if (flight_.size() > flight_records)
+      flight_.pop_front();
   };
   const auto broke = [&](const std::string& why) {
     links_.shut_down(); // the neighbours fail at once instead of at their deadlines
@@ -98,8 +98,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   };
   const auto deadline = io_clock::now() + options.timeout;
   try {
-    ring_agree(links_, f, deadline, options.failure);
-    work(deadline);
+    work(f, deadline);
   } catch (const connection_closed& e) {
     broke(e.what());
   } catch (const timeout_error& e) {
@@ -151,15 +150,19 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
                                : shape_t{static_cast<std::int64_t>(total / size_of(f.dtype))};
       f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
     }
-    run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
-      if (total == 0) // nothing to move (and memcpy must not see a null buffer)
+    run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
+                                         io_clock::time_point deadline) {
+      if (total == 0) { // nothing to move (and memcpy must not see a null buffer)
+        ring_agree(links_, records_, mine, options.failure, deadline);
         return;
+      }
       if (last - first == 1) { // one tensor: reduced in its output, no packing
         const auto out = bytes_of(outputs[first]);
         const auto in = bytes_of(inputs[first]);
         if (in.data() != out.data())
           std::memcpy(out.data(), in.data(), in.size());
-        ring_all_reduce(links_, op, inputs[first].dtype(), out, deadline);
+        ring_all_reduce(links_, records_, mine, options.failure, op, inputs[first].dtype(), out,
+                        deadline);
         return;
       }
       bytes buffer(total);
@@ -170,7 +173,8 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
           std::memcpy(buffer.data() + at, in.data(), in.size());
         at += in.size();
       }
-      ring_all_reduce(links_, op, inputs[first].dtype(), buffer, deadline);
+      ring_all_reduce(links_, records_, mine, options.failure, op, inputs[first].dtype(), buffer,
+                      deadline);
       at = 0;
       for (auto i = first; i < last; ++i) {
         const auto out = bytes_of(outputs[i]);
@@ -213,7 +217,9 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
   f.epoch = options.epoch;
   f.dtype = input.dtype();
   f.shape = input.shape();
-  run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+  run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
+                                       io_clock::time_point deadline) {
+    ring_agree(links_, records_, mine, options.failure, deadline);
     auto out = bytes_of(output);
     if (input.byte_size() > 0)
       std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(),
@@ -233,7 +239,9 @@ void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::s
   f.tensors = buffers.size();
   f.batch_tensors = buffers.size();
   f.batch_shapes = sign_batch(buffers).shapes;
-  run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+  run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
+                                       io_clock::time_point deadline) {
+    ring_agree(links_, records_, mine, options.failure, deadline);
     for (auto& buffer : buffers)
       ring_broadcast(links_, root, bytes_of(buffer), deadline);
   });
@@ -282,7 +290,7 @@ std::string tcp_ring_communicator::stall_report(std::uint64_t from_seq) const {
 std::string tcp_ring_communicator::dump() const {
   std::lock_guard lock{mutex_};
   std::string text;
-  for (const auto& line : records_)
+  for (const auto& line : flight_)
     text += line + "\n";
   return text;
 }

@@ -25,6 +25,7 @@
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/communicator.hpp"
 #include "transport/tcp/ring_links.hpp"
+#include "transport/tcp/ring_records.hpp"
 
 namespace lockstep::detail {
 
@@ -71,9 +72,10 @@ private:
   std::string stall_report(std::uint64_t from_seq) const override;
   std::string dump() const override;
 
-  /// Runs `work` as collective `f` on the ring: agreement (with the
-  /// caller's failure), then the data; records the outcome; turns a broken
-  /// ring into peer_lost_error.
+  /// Runs `work(f, deadline)` as collective `f` on the ring: the work
+  /// agrees on `f` (with the caller's failure) and moves the data, in one
+  /// pass or two (ring_collectives.hpp); records the outcome; turns a
+  /// broken ring into peer_lost_error.
   template <class Work>
   void run(std::size_t rank, collective_fingerprint f, const collective_options& options,
            Work work);
@@ -82,6 +84,7 @@ private:
 
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
   ring_links links_;
+  ring_records records_; // the agreements' buffers, kept from one collective to the next
   mutable std::mutex mutex_; // guards what other threads read: the fields below
   std::uint64_t last_seq_ = 0;
   std::uint64_t cancelled_below_ = 0;
@@ -90,7 +93,7 @@ private:
   std::string broken_;        // why the ring broke; empty while it works
   std::condition_variable explained_; // notified when broken_ is set
   std::chrono::milliseconds grace_{0};
-  std::deque<std::string> records_; // the flight recorder, oldest first
+  std::deque<std::string> flight_; // the flight recorder, oldest first
 };
 
 } // namespace lockstep::detail
