@@ -12,8 +12,6 @@ namespace lockstep::detail {
 
 namespace {
 
-constexpr std::size_t flight_records = 16;
-
 std::span<std::uint8_t> bytes_of(tensor& t) {
   return {static_cast<std::uint8_t*>(t.raw_data()), t.byte_size()};
 }
@@ -74,12 +72,12 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
     last_seq_ = std::max(last_seq_, f.seq);
     running_ = f.seq;
   }
-  const auto record = [&](const std::string& outcome) {
+  const auto record = [&](const char* outcome) {
     std::lock_guard lock{mutex_};
     running_ = 0;
-    flight_.push_back(f.to_string() + ": " + outcome);
-    if (flight_.size() > flight_records)
-      flight_.pop_front();
+    auto& entry = flight_[flights_++ % flight_.size()];
+    entry.issued = f;
+    entry.outcome = outcome;
   };
   const auto broke = [&](const std::string& why) {
     links_.shut_down(); // the neighbours fail at once instead of at their deadlines
@@ -290,8 +288,10 @@ std::string tcp_ring_communicator::stall_report(std::uint64_t from_seq) const {
 std::string tcp_ring_communicator::dump() const {
   std::lock_guard lock{mutex_};
   std::string text;
-  for (const auto& line : flight_)
-    text += line + "\n";
+  for (auto i = flights_ - std::min(flights_, flight_.size()); i < flights_; ++i) {
+    const auto& entry = flight_[i % flight_.size()];
+    text += entry.issued.to_string() + ": " + entry.outcome + "\n";
+  }
   return text;
 }
 

@@ -15,9 +15,9 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,7 +84,7 @@ private:
 
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
   ring_links links_;
-  ring_records records_; // the agreements' buffers, kept from one collective to the next
+  ring_records records_; // the agreements' buffers, reused: the hot path allocates little
   mutable std::mutex mutex_; // guards what other threads read: the fields below
   std::uint64_t last_seq_ = 0;
   std::uint64_t cancelled_below_ = 0;
@@ -93,7 +93,15 @@ private:
   std::string broken_;        // why the ring broke; empty while it works
   std::condition_variable explained_; // notified when broken_ is set
   std::chrono::milliseconds grace_{0};
-  std::deque<std::string> flight_; // the flight recorder, oldest first
+  /// The flight recorder: the last collectives and how each ended, in a
+  /// ring of slots (overwritten by assignment, which reuses the strings'
+  /// buffers; dump() formats them).
+  struct flight_entry {
+    collective_fingerprint issued;
+    const char* outcome = nullptr;
+  };
+  std::array<flight_entry, 16> flight_;
+  std::size_t flights_ = 0; // entries ever written
 };
 
 } // namespace lockstep::detail
