@@ -6,6 +6,8 @@
 #include "lockstep/error.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 namespace lockstep::detail {
@@ -25,20 +27,44 @@ void put_text(bytes& out, const std::string& text) {
   out.insert(out.end(), text.begin(), text.end());
 }
 
-void put_fingerprint(bytes& out, const collective_fingerprint& f) {
-  put_u64(out, f.seq);
-  put_text(out, f.op);
-  put_text(out, f.reduction);
-  put_u64(out, static_cast<std::uint64_t>(f.dtype));
-  put_u64(out, f.shape.size());
-  for (auto dim : f.shape)
-    put_u64(out, static_cast<std::uint64_t>(dim));
-  put_text(out, f.tag);
-  for (const std::uint64_t value : {std::uint64_t{f.tensors}, f.layout,
-                                    std::uint64_t{f.batch_tensors}, f.batch_dtypes,
-                                    f.batch_shapes, f.epoch, std::uint64_t{f.inline_data},
-                                    std::uint64_t{f.slice}})
-    put_u64(out, value);
+/// The fingerprint's fields, written at `at` (each text as its length,
+/// then its bytes); fingerprint_bytes(f) of them.
+struct fingerprint_writer {
+  std::uint8_t* at;
+
+  void u64(std::uint64_t value) {
+    store_le(at, value);
+    at += 8;
+  }
+  void text(const std::string& value) {
+    u64(value.size());
+    if (!value.empty())
+      std::memcpy(at, value.data(), value.size());
+    at += value.size();
+  }
+  /// Writes `f`; returns the end of what it wrote.
+  std::uint8_t* fingerprint(const collective_fingerprint& f) {
+    u64(f.seq);
+    text(f.op);
+    text(f.reduction);
+    u64(static_cast<std::uint64_t>(f.dtype));
+    u64(f.shape.size());
+    for (auto dim : f.shape)
+      u64(static_cast<std::uint64_t>(dim));
+    text(f.tag);
+    for (const std::uint64_t value : {std::uint64_t{f.tensors}, f.layout,
+                                      std::uint64_t{f.batch_tensors}, f.batch_dtypes,
+                                      f.batch_shapes, f.epoch, std::uint64_t{f.inline_data},
+                                      std::uint64_t{f.slice}})
+      u64(value);
+    return at;
+  }
+};
+
+/// What fingerprint_writer writes for `f`: 14 numbers, the dimensions and
+/// the three texts.
+std::size_t fingerprint_bytes(const collective_fingerprint& f) {
+  return 8 * (14 + f.shape.size()) + f.op.size() + f.reduction.size() + f.tag.size();
 }
 
 /// Reads what put_* wrote; a record that ends early is a protocol error.
@@ -116,17 +142,25 @@ void ring_records::start(std::size_t rank, std::size_t world, const collective_f
   failed_ = failure != nullptr;
   frames_.resize(world);
   auto& out = frames_[rank];
-  out.resize(header_bytes); // the lengths, filled in below
-  put_fingerprint(out, mine);
-  put_u64(out, failed_ ? 1 : 0);
+  // Sized once and written in place: a frame as long as the last one
+  // (the usual case) is neither reallocated nor zeroed again.
+  const auto fields = fingerprint_bytes(mine);
+  out.resize(header_bytes + fields + 8);
+  if (fingerprint_writer{out.data() + header_bytes}.fingerprint(mine)
+      != out.data() + header_bytes + fields)
+    throw std::logic_error("ring_records: fingerprint_bytes disagrees with fingerprint_writer");
+  store_le(out.data() + header_bytes + fields, std::uint64_t{failed_ ? 1u : 0u});
   if (failed_) {
     const auto value = to_error_value(failure);
     put_u64(out, static_cast<std::uint64_t>(value.kind));
     put_text(out, value.message);
   }
-  store_le(out.data() + 8, std::uint64_t{out.size() - header_bytes});
-  out.insert(out.end(), payload.begin(), payload.end());
+  const auto meta = out.size() - header_bytes;
+  out.resize(header_bytes + meta + payload.size());
+  if (!payload.empty())
+    std::memcpy(out.data() + header_bytes + meta, payload.data(), payload.size());
   store_le(out.data(), std::uint64_t{out.size() - 8});
+  store_le(out.data() + 8, std::uint64_t{meta});
 }
 
 void ring_records::check() const {
