@@ -178,6 +178,7 @@ struct options {
   std::size_t max_tensors = std::size_t{1} << 18;
   std::vector<std::size_t> cpus;
   std::vector<std::size_t> workers; // --workers: the table between processes instead
+  std::size_t replicas_per_worker = 1;
   std::string json;
 
   double budget_s() const { return static_cast<double>(budget_ms) / 1000.0; }
@@ -205,8 +206,10 @@ constexpr std::string_view usage = R"(usage: allreduce [options]
   --max-tensors N        cap on the rotated tensors (default 262144)
   --cpus LIST            run on these CPUs only
   --workers LIST         instead of the tables: the all-reduce between this many
-                         worker processes (at least 2, e.g. 2,4) of one replica,
-                         over --sizes, against the loopback TCP bound
+                         worker processes (at least 2, e.g. 2,4), over --sizes,
+                         against the loopback TCP bound
+  --replicas-per-worker K
+                         with --workers: CPU replicas in each worker (default 1)
   --json FILE            also write {"copy_gbs": ..., "rows": [...]} to FILE
 Environment: the LOCKSTEP_* variables of lockstep::runtime_options apply.
 )";
@@ -253,6 +256,8 @@ options parse_options(int argc, char** argv) {
       opts.cpus = parse_list(flag, value, 0);
     else if (flag == "--workers")
       opts.workers = parse_list(flag, value, 2);
+    else if (flag == "--replicas-per-worker")
+      opts.replicas_per_worker = parse_count(flag, value);
     else if (flag == "--json")
       opts.json = value;
     else
@@ -1045,7 +1050,8 @@ int main(int argc, char** argv) {
       pin_to(opts.cpus); // before any thread exists
     if (!opts.workers.empty()) // forks: before any thread exists too
       return lockstep::bench::run_between_workers(
-        {opts.workers, opts.sizes, opts.reps, opts.budget_ms, opts.json});
+        {opts.workers, opts.sizes, opts.replicas_per_worker, opts.reps, opts.budget_ms,
+         opts.json});
     const auto run_start = clock_type::now();
     const load_meter run_load;
     const auto& rt = lockstep::get_runtime_options();

@@ -1,13 +1,15 @@
 // allreduce --workers LIST: the all-reduce between W worker processes on
-// this host, each a multi_worker_mirrored_strategy with one CPU replica,
-// through the public API as an application runs it: the rendezvous, the
-// authenticated loopback ring, the in-process stages around it.
+// this host, each a multi_worker_mirrored_strategy with K CPU replicas
+// (--replicas-per-worker, 1 by default), through the public API as an
+// application runs it: the rendezvous, the authenticated loopback ring,
+// the in-process stages around it.
 //
 // For each W the benchmark forks W processes (worker_processes.hpp); they
 // meet at a coordinator on a free loopback port. For each size S every
-// worker's replica holds S bytes of float32 (rank + 1 in every element): a
-// first all-reduce is checked against the closed form W(W+1)/2, then
-// zeros are reduced (a SUM that stays 0). A calibration of 3 calls sets
+// replica holds S bytes of float32 (its global replica id + 1 in every
+// element): a first all-reduce is checked against the closed form
+// N(N+1)/2 for N = W·K replicas, then zeros are reduced (a SUM that stays
+// 0). A calibration of 3 calls sets
 // K, the calls in a repetition of about --budget-ms (the largest K any
 // worker wants, agreed through strategy.reduce); each repetition is one
 // `strategy.run` in which the replica first meets the others in a 4-byte
@@ -66,24 +68,29 @@ std::vector<double> worker_times(std::size_t rank, std::size_t world, std::uint1
   cluster.listen = "127.0.0.1:0";
   cluster.job_id = "bench-allreduce-" + std::to_string(port);
   multi_worker_mirrored_strategy strategy{cluster_resolver{cluster, {}},
-                                          {.local_devices = cpu_devices(1)}};
+                                          {.local_devices = cpu_devices(
+                                            static_cast<int>(options.replicas_per_worker))}};
   std::vector<double> results;
   for (const auto size : options.sizes) {
     const auto elements = static_cast<std::int64_t>(size / 4);
-    const auto expected = static_cast<float>(world * (world + 1) / 2);
+    const auto replicas = world * options.replicas_per_worker;
+    const auto expected = static_cast<float>(replicas * (replicas + 1) / 2);
     const auto checked = strategy.run([&](replica_context& ctx) {
       auto sum = ctx.all_reduce(
-        reduce_op::sum, tensor::filled(dtype::f32, {elements}, static_cast<double>(rank + 1)));
+        reduce_op::sum,
+        tensor::filled(dtype::f32, {elements},
+                       static_cast<double>(ctx.replica_id_in_sync_group() + 1), current_device()));
       const auto values = sum.data<float>();
       return std::all_of(values.begin(), values.end(), [&](float x) { return x == expected; });
     });
-    if (!checked[0])
-      throw std::runtime_error(size_string(size) + ": the sum is not W(W+1)/2");
+    for (const auto ok : checked.values())
+      if (!ok)
+        throw std::runtime_error(size_string(size) + ": the sum is not N(N+1)/2");
     // Seconds per call over `calls` in-place all-reduces, after a meeting.
     const auto timed = [&](std::int64_t calls) {
       return strategy.run([&](replica_context& ctx) {
-        ctx.all_reduce(reduce_op::sum, tensor::scalar(0.0f));
-        auto buffer = tensor::zeros(dtype::f32, {elements});
+        ctx.all_reduce(reduce_op::sum, tensor::zeros(dtype::f32, {}, current_device()));
+        auto buffer = tensor::zeros(dtype::f32, {elements}, current_device());
         const auto start = clock_type::now();
         for (std::int64_t c = 0; c < calls; ++c)
           buffer = ctx.all_reduce(reduce_op::sum, std::move(buffer));
@@ -122,9 +129,9 @@ int run_between_workers(const worker_table_options& options) {
   }
   const auto rate = summarize(rates).median;
   std::printf("allreduce --workers: SUM of float32 between worker processes on this host, "
-              "multi_worker_mirrored_strategy with 1 CPU replica each (ctx.all_reduce in place), "
-              "median of %zu reps of ~%zu ms; GB = 1e9 B\n",
-              options.reps, options.budget_ms);
+              "multi_worker_mirrored_strategy with %zu CPU replica(s) each (ctx.all_reduce in "
+              "place, bytes per replica), median of %zu reps of ~%zu ms; GB = 1e9 B\n",
+              options.replicas_per_worker, options.reps, options.budget_ms);
   std::printf("bound: two opposite loopback streams of 64 MiB messages move %.2f GB/s in all; "
               "algbw <= that / 2(W-1)\n\n",
               rate / 1e9);
@@ -143,6 +150,7 @@ int run_between_workers(const worker_table_options& options) {
     for (std::size_t i = 0; i < options.sizes.size(); ++i) {
       const auto f = print_worker_row(world, options.sizes[i], seconds[i], rate);
       rows.push_back({{"workers", world},
+                      {"replicas_per_worker", options.replicas_per_worker},
                       {"bytes", options.sizes[i]},
                       {"seconds", seconds[i]},
                       {"algbw_gbs", f.algbw / 1e9},

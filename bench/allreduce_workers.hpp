@@ -11,7 +11,8 @@ namespace lockstep::bench {
 
 struct worker_table_options {
   std::vector<std::size_t> workers; // worker process counts
-  std::vector<std::size_t> sizes;   // bytes per worker, multiples of 4
+  std::vector<std::size_t> sizes;   // bytes per replica, multiples of 4
+  std::size_t replicas_per_worker = 1;
   std::size_t reps = 5;
   std::size_t budget_ms = 300;
   std::string json; // also write the rows here, when set

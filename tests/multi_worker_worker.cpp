@@ -8,8 +8,10 @@
 //                 dtypes, distributed input (sharded global batches, uneven
 //                 per-worker inputs ending together, an empty one and a
 //                 failing one), a variable whose initial value is the chief's
-//   mismatch      worker 1 passes another shape: every worker gets an
-//                 error naming what each issued, then the group still works
+//   mismatch      worker 1 passes another shape (a small one, and one for
+//                 the segmented ring) and another dtype: every worker gets
+//                 the same error naming what each issued, then the group
+//                 still works
 //   lost kill|stop  the last worker dies (SIGKILL) or freezes (SIGSTOP)
 //                 before a collective: every other raises peer_lost_error
 //                 naming it
@@ -269,20 +271,41 @@ void collectives(multi_worker_mirrored_strategy& s) {
   std::printf("ok collectives: %zu workers x %zu replicas\n", workers, local);
 }
 
+/// Worker 1 issues another shape on the small path (where the data rides
+/// with the fingerprints), a buffer for the segmented ring against the
+/// others' small one, and another dtype: each time every worker raises
+/// the error of that kind naming what each issued, and prints it (the
+/// test compares the lines of all workers); then the group still works.
 void mismatch(multi_worker_mirrored_strategy& s) {
-  const auto n = rank_of(s) == 1 ? 3 : 2;
-  try {
-    s.run([&](replica_context& ctx) {
-      return ctx.all_reduce(reduce_op::sum, tensor::zeros(dtype::f32, {n}, current_device()));
-    });
-    throw std::runtime_error("a mismatched all_reduce succeeded");
-  } catch (const std::runtime_error& e) {
-    const std::string text = e.what();
-    if (text.find("succeeded") != std::string::npos)
-      throw;
-    require(text.find("worker 1") != std::string::npos || text.find("rank 1") != std::string::npos,
-            "the mismatch names worker 1: " + text);
-    std::printf("mismatch error: %s\n", e.what());
+  struct odd_one {
+    dtype type;
+    std::int64_t elements;
+    bool dtype_differs;
+    std::string words;
+  };
+  const std::vector<odd_one> cases{
+    {dtype::f32, 3, false, "worker 0 has shape [2] but worker 1 has shape [3]"},
+    {dtype::f32, 40'003, false, "worker 0 has shape [2] but worker 1 has shape [40003]"},
+    {dtype::f64, 2, true, "worker 0 has dtype float32 but worker 1 has dtype float64"}};
+  for (const auto& odd : cases) {
+    const bool is_odd = rank_of(s) == 1;
+    std::string text;
+    try {
+      s.run([&](replica_context& ctx) {
+        return ctx.all_reduce(reduce_op::sum,
+                              tensor::zeros(is_odd ? odd.type : dtype::f32,
+                                            {is_odd ? odd.elements : 2}, current_device()));
+      });
+      throw std::runtime_error("a mismatched all_reduce succeeded");
+    } catch (const dtype_error& e) {
+      require(odd.dtype_differs, std::string("a dtype_error for another shape: ") + e.what());
+      text = e.what();
+    } catch (const shape_error& e) {
+      require(!odd.dtype_differs, std::string("a shape_error for another dtype: ") + e.what());
+      text = e.what();
+    }
+    require(text.find(odd.words) != std::string::npos, "the mismatch names worker 1: " + text);
+    std::printf("mismatch error: %s\n", text.c_str());
   }
   const auto results = s.run([&](replica_context& ctx) {
     return ctx.all_reduce(reduce_op::sum, input(reduce_op::sum, dtype::f32,

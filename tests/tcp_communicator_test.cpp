@@ -3,8 +3,9 @@
 // shared memory and the workers over a loopback ring, against closed-form
 // results; a failure on one rank failing the collective everywhere and
 // leaving the ring usable; a lost worker failing the others with
-// peer_lost_error, then and in every later collective. One thread per
-// replica, no actor system: suite 'unit'.
+// peer_lost_error, then and in every later collective; the flight
+// recorder's last 16 entries. One thread per replica, no actor system:
+// suite 'unit'.
 
 #include "transport/tcp/tcp_ring_communicator.hpp"
 
@@ -149,4 +150,21 @@ TEST_CASE("a lost worker: the others get peer_lost_error now and in every later 
   std::vector<tensor> later{filled(0, 4, 0)};
   CHECK_THROWS_AS(c.leaders[0]->all_reduce(0, reduce_op::sum, later, later, {}), peer_lost_error);
   CHECK(contains(c.leaders[0]->session().dump(), "sum float32 [1000]: ring broken"));
+}
+
+TEST_CASE("the flight recorder keeps the last 16 collectives between workers, oldest first") {
+  cluster c;
+  const auto errors = c.run([](communicator& comm, std::size_t g) {
+    for (std::size_t elements = 1; elements <= 20; ++elements) {
+      std::vector<tensor> data{filled(g, elements, g % replicas)};
+      comm.all_reduce(g, reduce_op::sum, data, data, {});
+    }
+  });
+  for (const auto& e : errors)
+    CHECK(e == nullptr);
+  std::string expected;
+  for (std::size_t seq = 5; seq <= 20; ++seq)
+    expected += "all_reduce #" + std::to_string(seq) + " sum float32 [" + std::to_string(seq)
+                + "]: completed\n";
+  CHECK(c.leaders[0]->session().dump() == expected);
 }

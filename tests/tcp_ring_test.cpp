@@ -2,13 +2,17 @@
 // one thread per worker and authenticated loopback connections: all-reduce
 // for 1 to 4 workers, sizes 0, 1, not divisible by the world, several
 // segments and several chunks per segment, every dtype and op, against
-// closed-form results; all-gather and broadcast; workers that issue different collectives; a worker that dies
-// mid-collective and one that never comes. No actor system: suite 'unit',
-// so it runs under ThreadSanitizer too.
+// closed-form results, with its agreement (in the data's pass on the
+// small path) and without, the same bits either way; all-gather and
+// broadcast; workers that issue different collectives, also on the small
+// path, and a failure passed on, the same error on every worker; a worker
+// that dies mid-collective and one that never comes. No actor system:
+// suite 'unit', so it runs under ThreadSanitizer too.
 
 #include "transport/tcp/ring_collectives.hpp"
 
 #include "loopback_ring.hpp"
+#include "transport/tcp/little_endian.hpp"
 
 #include "test_support.hpp"
 #include "file_support.hpp"
@@ -110,6 +114,7 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
     // (ring_chunk_bytes).
     const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003, 200'003};
     workers.run([&](ring_links& links) {
+      ring_records records; // as a communicator keeps them, across collectives
       std::uint64_t seq = 0;
       for (const auto type : {dtype::f32, dtype::f64, dtype::i32, dtype::i64, dtype::f16,
                               dtype::bf16})
@@ -121,8 +126,8 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
               for (std::size_t i = 0; i < elements; ++i)
                 data[i] = static_cast<T>(static_cast<float>(value(i, links.rank, op)));
               const auto deadline = io_clock::now() + 20s;
-              ring_agree(links, fingerprint_of(++seq, op, type, elements), deadline);
-              ring_all_reduce(links, op, type,
+              ring_all_reduce(links, records, fingerprint_of(++seq, op, type, elements), nullptr,
+                              op, type,
                               {reinterpret_cast<std::uint8_t*>(data.data()), elements * sizeof(T)},
                               deadline);
               for (std::size_t i = 0; i < elements; ++i)
@@ -137,6 +142,82 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
             });
     });
   }
+}
+
+TEST_CASE("ring all-reduce: the agreement's own pass and the bare ring give the same bits") {
+  // Floating sums that round, on both paths (all-gather below 64 KiB,
+  // the segmented ring above): every worker gets the same bits, with the
+  // agreement folded into the data's pass or without one.
+  for (std::size_t world = 2; world <= 4; ++world) {
+    CAPTURE(world);
+    loopback_ring workers(world);
+    std::vector<std::vector<std::vector<float>>> results(world); // by worker, size, path
+    workers.run([&](ring_links& links) {
+      ring_records records;
+      std::uint64_t seq = 0;
+      for (const std::size_t elements : {1, 3, 1000, 40'003}) {
+        std::vector<float> data(elements);
+        for (std::size_t i = 0; i < elements; ++i)
+          data[i] = 0.1f * static_cast<float>(links.rank + 1) + 1e-3f * static_cast<float>(i);
+        auto bare = data;
+        const auto deadline = io_clock::now() + 20s;
+        ring_all_reduce(links, records, fingerprint_of(++seq, reduce_op::sum, dtype::f32, elements),
+                        nullptr, reduce_op::sum, dtype::f32,
+                        {reinterpret_cast<std::uint8_t*>(data.data()), elements * 4}, deadline);
+        ring_all_reduce(links, reduce_op::sum, dtype::f32,
+                        {reinterpret_cast<std::uint8_t*>(bare.data()), elements * 4}, deadline);
+        results[links.rank].push_back(std::move(data));
+        results[links.rank].push_back(std::move(bare));
+      }
+    });
+    for (std::size_t r = 0; r < world; ++r)
+      for (std::size_t k = 0; k < results[r].size(); ++k)
+        CHECK(std::memcmp(results[r][k].data(), results[0][k % 2 == 0 ? k : k - 1].data(),
+                          results[r][k].size() * 4)
+              == 0);
+  }
+}
+
+TEST_CASE("frames arrive whole and in order, however far a read reaches; an oversized one is "
+          "refused") {
+  const auto frame_of = [](const std::string& text) {
+    bytes frame(8);
+    store_le(frame.data(), std::uint64_t{text.size()});
+    frame.insert(frame.end(), text.begin(), text.end());
+    return frame;
+  };
+  const auto first = frame_of("short");
+  const auto second = frame_of("the next frame, longer than the first");
+  const auto theirs = frame_of(std::string(100, 'x'));
+  loopback_ring workers(2);
+  const auto errors = workers.try_run([&](ring_links& links) {
+    const auto deadline = io_clock::now() + 5s;
+    bytes in;
+    if (links.rank == 0) {
+      auto both = first;
+      both.insert(both.end(), second.begin(), second.end());
+      links.exchange(both, {}, deadline);
+      for (int i = 0; i < 2; ++i) {
+        links.exchange_frame({}, in, 1000, deadline);
+        CHECK(in == theirs);
+      }
+      bytes huge(8);
+      store_le(huge.data(), std::uint64_t{1} << 40);
+      links.exchange(huge, {}, deadline);
+      return;
+    }
+    std::this_thread::sleep_for(100ms); // both frames wait in the socket
+    // Each read reaches as far as the 108 bytes this worker sends: the
+    // first takes the whole first frame and the start of the second.
+    links.exchange_frame(theirs, in, 1000, deadline);
+    CHECK(in == first);
+    links.exchange_frame(theirs, in, 1000, deadline);
+    CHECK(in == second);
+    links.exchange_frame({}, in, 1000, deadline);
+  });
+  CHECK(errors[0] == nullptr);
+  const auto refused = error_of<connection_closed>([&] { std::rethrow_exception(errors[1]); });
+  CHECK(contains(refused, "worker 0 sent a record of 1099511627776 bytes"));
 }
 
 TEST_CASE("ring all-gather and broadcast") {
@@ -187,6 +268,72 @@ TEST_CASE("workers that issue different collectives all get the same error, befo
     CHECK(contains(message, "worker 0 has shape [4] but worker 2 has shape [8]"));
     CHECK(contains(message, "worker 2 issued all_reduce #1 sum float32 [8]"));
   }
+}
+
+TEST_CASE("small all-reduces carry the fingerprint with the data: a mismatch or a failure is the "
+          "same error on every worker before any data is used, and the ring goes on") {
+  constexpr std::size_t world = 3;
+  loopback_ring workers(world);
+  struct outcome {
+    std::string type;
+    std::string message;
+  };
+  std::vector<std::vector<outcome>> outcomes(world); // by worker, then case
+  std::vector<std::vector<float>> sums(world);
+  workers.run([&](ring_links& links) {
+    const auto rank = links.rank;
+    ring_records records;
+    std::uint64_t seq = 0;
+    // Worker `odd` issues `odd_elements` of `odd_type` (or fails), the others
+    // one float32; returns what this worker threw.
+    const auto attempt = [&](std::size_t odd, dtype odd_type, std::size_t odd_elements,
+                             std::exception_ptr odd_failure) -> outcome {
+      const auto type = rank == odd ? odd_type : dtype::f32;
+      const auto elements = rank == odd ? odd_elements : 1;
+      std::vector<std::uint8_t> data(elements * size_of(type), 1);
+      try {
+        ring_all_reduce(links, records, fingerprint_of(++seq, reduce_op::sum, type, elements),
+                        rank == odd ? odd_failure : nullptr, reduce_op::sum, type, data,
+                        io_clock::now() + 5s);
+      } catch (const dtype_error& e) {
+        return {"dtype_error", e.what()};
+      } catch (const shape_error& e) {
+        return {"shape_error", e.what()};
+      } catch (const value_error& e) {
+        return {"value_error", e.what()};
+      }
+      return {"none", ""};
+    };
+    outcomes[rank].push_back(attempt(1, dtype::f64, 1, nullptr));
+    outcomes[rank].push_back(attempt(2, dtype::f32, 2, nullptr));
+    // Worker 0's buffer takes the segmented ring, the others' the all-gather.
+    outcomes[rank].push_back(attempt(0, dtype::f32, 40'003, nullptr));
+    outcomes[rank].push_back(
+      attempt(1, dtype::f32, 1, std::make_exception_ptr(value_error("replica 3 failed"))));
+    std::vector<float> data(3, static_cast<float>(rank + 1));
+    ring_all_reduce(links, records, fingerprint_of(++seq, reduce_op::sum, dtype::f32, 3), nullptr,
+                    reduce_op::sum, dtype::f32,
+                    {reinterpret_cast<std::uint8_t*>(data.data()), data.size() * 4},
+                    io_clock::now() + 5s);
+    sums[rank] = data;
+  });
+  const std::vector<std::pair<std::string, std::string>> expected{
+    {"dtype_error", "worker 0 has dtype float32 but worker 1 has dtype float64"},
+    {"shape_error", "worker 0 has shape [1] but worker 2 has shape [2]"},
+    {"shape_error", "worker 0 has shape [40003] but worker 1 has shape [1]"},
+    {"value_error", "replica 3 failed"}};
+  for (std::size_t r = 0; r < world; ++r) {
+    CAPTURE(r);
+    REQUIRE(outcomes[r].size() == expected.size());
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      CAPTURE(k);
+      CHECK(outcomes[r][k].type == expected[k].first);
+      CHECK(contains(outcomes[r][k].message, expected[k].second));
+      CHECK(outcomes[r][k].message == outcomes[0][k].message); // the same words everywhere
+    }
+    CHECK(sums[r] == std::vector<float>(3, 6.0f));
+  }
+  CHECK(contains(outcomes[0][1].message, "worker 2 issued all_reduce #2 sum float32 [2]"));
 }
 
 TEST_CASE("a worker that dies mid-collective fails the others at once; a frozen one at the deadline") {

@@ -115,11 +115,11 @@ struct alignas(64) collective_group::rank_slot {
 // -- collective_group ---------------------------------------------------------
 
 collective_group::collective_group(std::size_t participants, std::string tag,
-                                   std::string rank_noun)
+                                   std::string rank_noun, std::size_t threads_on_host)
     : participants_(participants),
       tag_(std::move(tag)),
       rank_noun_(std::move(rank_noun)),
-      spin_budget_(spin_budget(participants)),
+      spin_budget_(spin_budget(std::max(participants, threads_on_host))),
       poll_budget_(get_runtime_options().spin_wait),
       created_(clock::now()) {
   if (participants == 0 || participants > max_participants)

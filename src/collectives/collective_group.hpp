@@ -101,9 +101,13 @@ public:
 
   /// A group of `participants` ranks (0 .. participants-1), named `tag` in
   /// messages, which call a participant `rank_noun` ("rank 2", or "replica
-  /// 2" for a strategy's replicas). Throws value_error for 0 participants or
-  /// more than max_participants.
-  collective_group(std::size_t participants, std::string tag, std::string rank_noun = "rank");
+  /// 2" for a strategy's replicas). Its ranks spin while they wait when
+  /// `threads_on_host` fit on the CPUs: the threads of this host that wait
+  /// like them, this group's included (0: the participants alone; several
+  /// worker processes on one host each have a group). Throws value_error
+  /// for 0 participants or more than max_participants.
+  collective_group(std::size_t participants, std::string tag, std::string rank_noun = "rank",
+                   std::size_t threads_on_host = 0);
   ~collective_group();
 
   collective_group(const collective_group&) = delete;

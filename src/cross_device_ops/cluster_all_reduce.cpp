@@ -7,8 +7,12 @@
 namespace lockstep::detail {
 
 cluster_all_reduce::cluster_all_reduce(std::shared_ptr<communicator> workers,
-                                       std::size_t worker_index, std::chrono::milliseconds timeout)
-  : workers_(std::move(workers)), worker_index_(worker_index), timeout_(timeout) {}
+                                       std::size_t worker_index, std::chrono::milliseconds timeout,
+                                       std::size_t workers_on_host)
+  : workers_(std::move(workers)),
+    worker_index_(worker_index),
+    timeout_(timeout),
+    workers_on_host_(workers_on_host) {}
 
 std::string cluster_all_reduce::name() const {
   return "cluster_all_reduce";
@@ -17,7 +21,11 @@ std::string cluster_all_reduce::name() const {
 lockstep::detail::replica_collectives
 cluster_all_reduce::replica_collectives(const std::vector<device_spec>& devices,
                                         const std::string& name) const {
-  auto local = std::make_shared<shm_communicator>(devices.size(), name, "replica");
+  // The local replicas wait for their leader while it runs the ring, and
+  // the other workers on this host have replicas of their own: spinning
+  // on a CPU that another worker's leader needs would slow both.
+  auto local = std::make_shared<shm_communicator>(devices.size(), name, "replica",
+                                                  devices.size() * workers_on_host_);
   collective_options defaults;
   defaults.timeout = timeout_;
   defaults.tag = name;

@@ -34,9 +34,12 @@ namespace lockstep::detail {
 class cluster_all_reduce final : public cross_device_ops {
 public:
   /// `workers`: this process's rank `worker_index` of the collective
-  /// between workers; `timeout`: each collective's deadline.
+  /// between workers; `timeout`: each collective's deadline;
+  /// `workers_on_host`: the worker processes on this host, this one
+  /// included, whose replicas share its CPUs (their waits spin only while
+  /// every host's replica has a CPU).
   cluster_all_reduce(std::shared_ptr<communicator> workers, std::size_t worker_index,
-                     std::chrono::milliseconds timeout);
+                     std::chrono::milliseconds timeout, std::size_t workers_on_host = 1);
 
   std::string name() const override;
 
@@ -54,6 +57,7 @@ private:
   std::shared_ptr<communicator> workers_;
   std::size_t worker_index_;
   std::chrono::milliseconds timeout_;
+  std::size_t workers_on_host_;
 };
 
 } // namespace lockstep::detail

@@ -11,7 +11,9 @@
 //                   fingerprint goes out (the collective's join)
 //   reduce-scatter  after the first block of a ring all-reduce's
 //                   reduce-scatter moved
-//   all-gather      after the first block of an all-gather moved
+//   all-gather      after the first block of an all-gather moved (on
+//                   the small all-reduce path, the first record, which
+//                   carries the data with the fingerprint)
 //   fan-out         a worker's leader holding the cross-worker result,
 //                   before its local replicas get it
 //

@@ -103,7 +103,8 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
   auto node = std::make_shared<detail::cluster_node>(spec, key, settings);
   const auto ring = node->ring();
   const auto worker = spec.rank;
-  auto ops = std::make_shared<detail::cluster_all_reduce>(ring, worker, timeout);
+  auto ops = std::make_shared<detail::cluster_all_reduce>(ring, worker, timeout,
+                                                          spec.local_world_size);
   auto state = detail::strategy_state::create(std::move(name), std::move(topology), true,
                                               std::move(ops), timeout);
   state->cluster = std::move(node);

@@ -5,8 +5,9 @@
 
 namespace lockstep::detail {
 
-shm_communicator::shm_communicator(std::size_t ranks, std::string tag, std::string rank_noun)
-  : group_(ranks, std::move(tag), std::move(rank_noun)) {}
+shm_communicator::shm_communicator(std::size_t ranks, std::string tag, std::string rank_noun,
+                                   std::size_t threads_on_host)
+  : group_(ranks, std::move(tag), std::move(rank_noun), threads_on_host) {}
 
 std::string shm_communicator::name() const {
   return group_.tag();

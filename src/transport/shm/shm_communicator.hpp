@@ -18,8 +18,10 @@ namespace lockstep::detail {
 class shm_communicator final : public communicator {
 public:
   /// `ranks` threads; `tag` names the group in errors and fingerprints and
-  /// `rank_noun` its ranks ("replica 2").
-  shm_communicator(std::size_t ranks, std::string tag, std::string rank_noun = "rank");
+  /// `rank_noun` its ranks ("replica 2"); `threads_on_host`: see
+  /// collective_group's constructor.
+  shm_communicator(std::size_t ranks, std::string tag, std::string rank_noun = "rank",
+                   std::size_t threads_on_host = 0);
 
   std::string name() const override;
   std::size_t size() const noexcept override;

@@ -1,9 +1,7 @@
 #include "transport/tcp/ring_collectives.hpp"
 
 #include "devices/elementwise_loops.hpp"
-#include "runtime/error_value.hpp"
 #include "runtime/fault_injection.hpp"
-#include "transport/tcp/little_endian.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"
@@ -15,101 +13,6 @@
 namespace lockstep::detail {
 
 namespace {
-
-// -- fingerprints on the wire -------------------------------------------------------
-
-void put_u64(bytes& out, std::uint64_t value) {
-  append_le(out, value);
-}
-
-void put_text(bytes& out, const std::string& text) {
-  put_u64(out, text.size());
-  out.insert(out.end(), text.begin(), text.end());
-}
-
-/// Reads what put_* wrote; a record that ends early is a protocol error.
-struct reader {
-  std::span<const std::uint8_t> in;
-  std::size_t at = 0;
-
-  std::uint64_t u64() {
-    need(8);
-    const auto value = load_le<std::uint64_t>(in, at);
-    at += 8;
-    return value;
-  }
-  std::string text() {
-    const auto size = u64();
-    need(size);
-    std::string value(reinterpret_cast<const char*>(in.data() + at), size);
-    at += size;
-    return value;
-  }
-  void need(std::uint64_t size) const {
-    if (size > in.size() - at)
-      throw value_error("a fingerprint from another worker is truncated");
-  }
-};
-
-bytes encode(const collective_fingerprint& f) {
-  bytes out;
-  put_u64(out, f.seq);
-  put_text(out, f.op);
-  put_text(out, f.reduction);
-  put_u64(out, static_cast<std::uint64_t>(f.dtype));
-  put_u64(out, f.shape.size());
-  for (auto dim : f.shape)
-    put_u64(out, static_cast<std::uint64_t>(dim));
-  put_text(out, f.tag);
-  for (const std::uint64_t value : {std::uint64_t{f.tensors}, f.layout,
-                                    std::uint64_t{f.batch_tensors}, f.batch_dtypes,
-                                    f.batch_shapes, f.epoch, std::uint64_t{f.inline_data},
-                                    std::uint64_t{f.slice}})
-    put_u64(out, value);
-  return out;
-}
-
-collective_fingerprint decode(reader& r) {
-  collective_fingerprint f;
-  f.seq = r.u64();
-  f.op = r.text();
-  f.reduction = r.text();
-  const auto type = r.u64();
-  if (type > static_cast<std::uint64_t>(dtype::bf16))
-    throw value_error("a fingerprint from another worker names no dtype");
-  f.dtype = static_cast<dtype>(type);
-  const auto rank = r.u64();
-  r.need(rank * 8);
-  for (std::uint64_t i = 0; i < rank; ++i)
-    f.shape.push_back(static_cast<std::int64_t>(r.u64()));
-  f.tag = r.text();
-  f.tensors = r.u64();
-  f.layout = r.u64();
-  f.batch_tensors = r.u64();
-  f.batch_dtypes = r.u64();
-  f.batch_shapes = r.u64();
-  f.epoch = r.u64();
-  f.inline_data = r.u64() != 0;
-  f.slice = r.u64();
-  return f;
-}
-
-/// Sends a length-prefixed record to the next rank while receiving one
-/// from the previous rank.
-bytes exchange_record(ring_links& links, const bytes& out, io_clock::time_point deadline) {
-  std::uint8_t length_out[8];
-  std::uint8_t length_in[8];
-  store_le(length_out, std::uint64_t{out.size()});
-  links.exchange(length_out, length_in, deadline);
-  const auto size = load_le<std::uint64_t>(length_in);
-  constexpr std::uint64_t max_record = 1 << 20;
-  if (size > max_record)
-    throw value_error("worker " + std::to_string(links.prev_rank()) + " sent a fingerprint of "
-                      + std::to_string(size) + " bytes");
-  bytes in(size);
-  links.exchange(out, in, deadline);
-  return in;
-}
 
 // -- reductions -----------------------------------------------------------------------
 
@@ -192,45 +95,49 @@ void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<s
   }
 }
 
-} // namespace
-
-void ring_agree(ring_links& links, const collective_fingerprint& mine,
-                io_clock::time_point deadline, const std::exception_ptr& failure) {
-  fault_point("agree");
+/// Passes every rank's frame around the ring (world - 1 hops): in step t
+/// rank r sends rank (r - t)'s frame and receives rank (r - t - 1)'s.
+void pass_records(ring_links& links, ring_records& records, bool with_data,
+                  io_clock::time_point deadline) {
   const auto world = links.world;
-  std::vector<bytes> records(world);
-  records[links.rank] = encode(mine);
-  auto& record = records[links.rank];
-  put_u64(record, failure ? 1 : 0);
-  if (failure) {
-    const auto value = to_error_value(failure);
-    put_u64(record, static_cast<std::uint64_t>(value.kind));
-    put_text(record, value.message);
+  const auto rank = links.rank + world; // so that rank - t - 1 stays positive
+  for (std::size_t t = 0; t + 1 < world; ++t) {
+    links.exchange_frame(records.frame((rank - t) % world),
+                         records.buffer((rank - t - 1) % world), ring_records::max_frame_bytes,
+                         deadline);
+    if (with_data && t == 0)
+      fault_point("all-gather");
   }
-  for (std::size_t t = 0; t + 1 < world; ++t)
-    records[(links.rank + 2 * world - t - 1) % world] =
-      exchange_record(links, records[(links.rank + world - t) % world], deadline);
-  std::vector<collective_fingerprint> issued;
-  for (const auto& record : records) {
-    reader r{record};
-    issued.push_back(decode(r));
-    if (r.u64() != 0) { // this rank failed: every rank throws its error
-      const auto kind = static_cast<error_kind>(r.u64());
-      rethrow({is_valid(kind) ? kind : error_kind::unknown, r.text(), {}});
-    }
-  }
-  std::vector<const collective_fingerprint*> by_rank;
-  bool same = true;
-  for (const auto& f : issued) {
-    by_rank.push_back(&f);
-    same = same && f == issued[0];
-  }
-  if (!same)
-    std::rethrow_exception(mismatch_error(by_rank, "worker", "workers"));
 }
 
-void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
-                     io_clock::time_point deadline) {
+/// What a collective agrees on before its data counts.
+struct agreement {
+  ring_records& records;
+  const collective_fingerprint& mine;
+  const std::exception_ptr& failure;
+};
+
+/// The all-gather path with the agreement folded in: every rank's frame
+/// carries its data with its fingerprint, one pass in all; once every
+/// fingerprint matched, each rank combines the buffers in rank order.
+void agree_and_reduce_by_gather(ring_links& links, const agreement& agreed, reduce_op op,
+                                dtype type, std::span<std::uint8_t> data,
+                                io_clock::time_point deadline) {
+  fault_point("agree");
+  agreed.records.start(links.rank, links.world, agreed.mine, agreed.failure, data);
+  pass_records(links, agreed.records, true, deadline);
+  agreed.records.check(); // before any data is used
+  if (data.empty())
+    return;
+  if (links.rank != 0)
+    std::memcpy(data.data(), agreed.records.payload(0).data(), data.size());
+  for (std::size_t r = 1; r < links.world; ++r)
+    combine(op, type, data.data(), agreed.records.payload(r).data(), data.size());
+}
+
+/// ring_all_reduce, with the agreement first (`agreed`) or without.
+void all_reduce(ring_links& links, const agreement* agreed, reduce_op op, dtype type,
+                std::span<std::uint8_t> data, io_clock::time_point deadline) {
   if (data.size() % size_of(type) != 0)
     throw value_error("ring_all_reduce: " + std::to_string(data.size()) + " bytes are not whole "
                       + std::string(to_string(type)) + " elements");
@@ -242,9 +149,8 @@ void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std:
         widen(reinterpret_cast<const T*>(data.data()), wide.data(),
               static_cast<std::int64_t>(count));
     });
-    ring_all_reduce(links, op, dtype::f32,
-                    {reinterpret_cast<std::uint8_t*>(wide.data()), count * sizeof(float)},
-                    deadline);
+    all_reduce(links, agreed, op, dtype::f32,
+               {reinterpret_cast<std::uint8_t*>(wide.data()), count * sizeof(float)}, deadline);
     visit_dtype(type, [&]<class T>(T) {
       if constexpr (is_half_v<T>)
         narrow(wide.data(), reinterpret_cast<T*>(data.data()), static_cast<std::int64_t>(count));
@@ -252,15 +158,49 @@ void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std:
     return;
   }
   const auto combining = op == reduce_op::mean ? reduce_op::sum : op;
-  if (links.world > 1) {
-    if ((links.world - 1) * data.size() <= small_all_reduce_bytes
-        || data.size() / size_of(type) < links.world)
+  const auto world = links.world;
+  const bool by_gather = (world - 1) * data.size() <= small_all_reduce_bytes
+                         || data.size() / size_of(type) < world;
+  if (agreed != nullptr && world > 1 && by_gather) {
+    agree_and_reduce_by_gather(links, *agreed, combining, type, data, deadline);
+  } else {
+    if (agreed != nullptr)
+      ring_agree(links, agreed->records, agreed->mine, agreed->failure, deadline);
+    if (world > 1 && by_gather)
       all_reduce_by_gather(links, combining, type, data, deadline);
-    else
+    else if (world > 1)
       all_reduce_by_ring(links, combining, type, data, deadline);
   }
   if (op == reduce_op::mean)
-    divide(type, data, links.world);
+    divide(type, data, world);
+}
+
+} // namespace
+
+void ring_agree(ring_links& links, ring_records& records, const collective_fingerprint& mine,
+                const std::exception_ptr& failure, io_clock::time_point deadline) {
+  fault_point("agree");
+  records.start(links.rank, links.world, mine, failure, {});
+  pass_records(links, records, false, deadline);
+  records.check();
+}
+
+void ring_agree(ring_links& links, const collective_fingerprint& mine,
+                io_clock::time_point deadline, const std::exception_ptr& failure) {
+  ring_records records;
+  ring_agree(links, records, mine, failure, deadline);
+}
+
+void ring_all_reduce(ring_links& links, ring_records& records, const collective_fingerprint& mine,
+                     const std::exception_ptr& failure, reduce_op op, dtype type,
+                     std::span<std::uint8_t> data, io_clock::time_point deadline) {
+  const agreement agreed{records, mine, failure};
+  all_reduce(links, &agreed, op, type, data, deadline);
+}
+
+void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
+                     io_clock::time_point deadline) {
+  all_reduce(links, nullptr, op, type, data, deadline);
 }
 
 void ring_all_gather(ring_links& links, std::span<std::uint8_t> data,

@@ -4,11 +4,15 @@
 // the cross-worker stage of a hierarchical collective (local replicas
 // reduce in process first, and one rank per worker takes part here).
 //
-// Every collective first agrees on what is issued: the ranks pass their
-// fingerprints around the ring (world - 1 small hops), so every rank sees
-// every rank's, and ranks that issued different collectives all throw the
-// same error naming the ranks and what each issued (mismatch_error), before
-// a byte of data moves.
+// Every collective starts by agreeing on what is issued: each rank's
+// record (ring_records.hpp: its fingerprint, or the failure it passes on)
+// goes around the ring (world - 1 hops), so every rank holds every rank's,
+// and ranks that issued different collectives all throw the same error
+// naming the ranks and what each issued (mismatch_error) before any data
+// counts. An all-reduce on the all-gather path (below) sends its data in
+// the same records: one pass of world - 1 hops in all, the data used only
+// once every fingerprint matched. Larger collectives agree first, then
+// move their data.
 //
 // All-reduce (reference/network.md §1.1): the buffer's E elements are cut
 // into `world` segments. Reduce-scatter: in step t (0 .. world-2) rank r
@@ -42,6 +46,7 @@
 #include "lockstep/dtype.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "transport/tcp/ring_links.hpp"
+#include "transport/tcp/ring_records.hpp"
 
 namespace lockstep::detail {
 
@@ -52,15 +57,29 @@ inline constexpr std::size_t small_all_reduce_bytes = 64 * 1024;
 /// bytes (a multiple of every element size).
 inline constexpr std::size_t ring_chunk_bytes = 256 * 1024;
 
-/// Passes fingerprints around the ring; throws mismatch_error's error when
-/// any rank's differs from rank 0's. A rank that cannot contribute passes
-/// its `failure` along instead: then every rank throws the failure of the
+/// Passes fingerprints around the ring in `records` (kept by the caller
+/// between collectives); throws mismatch_error's error when any rank's
+/// differs from this rank's. A rank that cannot contribute passes its
+/// `failure` along instead: then every rank throws the failure of the
 /// lowest failing rank (its lockstep type and message), and the ring stays
 /// usable for the next collective.
+void ring_agree(ring_links& links, ring_records& records, const collective_fingerprint& mine,
+                const std::exception_ptr& failure, io_clock::time_point deadline);
+
+/// ring_agree with records of its own, for a single collective.
 void ring_agree(ring_links& links, const collective_fingerprint& mine,
                 io_clock::time_point deadline, const std::exception_ptr& failure = nullptr);
 
-/// Reduces `data` (elements of `type`) across the ring in place.
+/// Agrees on `mine` (with `failure`, as ring_agree) and reduces `data`
+/// (elements of `type`) across the ring in place: on the all-gather path
+/// in the agreement's own pass, else after it. Every rank throws the same
+/// error when the ranks disagree, and `data` is then unspecified.
+void ring_all_reduce(ring_links& links, ring_records& records, const collective_fingerprint& mine,
+                     const std::exception_ptr& failure, reduce_op op, dtype type,
+                     std::span<std::uint8_t> data, io_clock::time_point deadline);
+
+/// Reduces `data` (elements of `type`) across the ring in place, without
+/// an agreement: the caller's ranks know that they issued the same.
 void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
                      io_clock::time_point deadline);
 

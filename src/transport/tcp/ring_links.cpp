@@ -1,6 +1,7 @@
 #include "transport/tcp/ring_links.hpp"
 
 #include "transport/tcp/authenticate.hpp"
+#include "transport/tcp/little_endian.hpp"
 
 #include "runtime/spin_wait.hpp"
 
@@ -11,6 +12,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -25,39 +27,65 @@ std::string worker(std::size_t rank) {
 }
 
 /// One non-blocking write to `peer`; the bytes sent, 0 when it would block.
+/// (The peer's name is only spelt out for an error: this runs in a spin.)
 std::size_t send_some(tcp_socket& socket, std::span<const std::uint8_t> data, std::size_t peer) {
   boost::system::error_code error;
   const auto sent = socket.write_some(boost::asio::buffer(data.data(), data.size()), error);
+  if (!error || error == boost::asio::error::would_block)
+    return error ? 0 : sent;
   return moved_or_closed(sent, error, worker(peer));
 }
 
-/// One non-blocking read from `peer`; the bytes received, 0 when it would block.
-std::size_t receive_some(tcp_socket& socket, std::span<std::uint8_t> data, std::size_t peer) {
+/// One non-blocking read from the previous rank (what an earlier frame's
+/// read took ahead first); the bytes received, 0 when it would block.
+std::size_t receive_some(ring_links& links, std::span<std::uint8_t> data) {
+  if (links.ahead_at < links.ahead.size()) {
+    const auto n = std::min(data.size(), links.ahead.size() - links.ahead_at);
+    std::memcpy(data.data(), links.ahead.data() + links.ahead_at, n);
+    links.ahead_at += n;
+    return n;
+  }
   boost::system::error_code error;
-  const auto got = socket.read_some(boost::asio::buffer(data.data(), data.size()), error);
-  return moved_or_closed(got, error, worker(peer));
+  const auto got = links.prev.read_some(boost::asio::buffer(data.data(), data.size()), error);
+  if (!error || error == boost::asio::error::would_block)
+    return error ? 0 : got;
+  return moved_or_closed(got, error, worker(links.prev_rank()));
 }
 
-} // namespace
+/// Puts `early` (read past a frame's end) before what `ahead` still holds.
+void keep_ahead(ring_links& links, std::span<const std::uint8_t> early) {
+  bytes rest(links.ahead.begin() + static_cast<std::ptrdiff_t>(links.ahead_at), links.ahead.end());
+  links.ahead.assign(early.begin(), early.end());
+  links.ahead.insert(links.ahead.end(), rest.begin(), rest.end());
+  links.ahead_at = 0;
+}
 
-void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
-                          io_clock::time_point deadline) {
-  next.non_blocking(true);
-  prev.non_blocking(true);
+/// The loop of exchange() and exchange_frame(): sends `out` while it
+/// receives into `in`; after each read, `arrived(received)` returns the
+/// buffer to go on with (exchange_frame's grows once the length is in).
+template <class Arrived>
+void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
+                      std::span<std::uint8_t> in, Arrived arrived,
+                      io_clock::time_point deadline) {
+  // Set once: asio's non_blocking(true) is an ioctl(2) each time.
+  for (auto* socket : {&links.next, &links.prev})
+    if (!socket->non_blocking())
+      socket->non_blocking(true);
   std::size_t sent = 0;
   std::size_t received = 0;
-  const auto budget = spin_budget();
+  const auto budget = links.spin_budget();
   auto idle_since = io_clock::time_point{};
   while (sent < out.size() || received < in.size()) {
     std::size_t moved = 0;
     if (sent < out.size()) {
-      const auto n = send_some(next, out.subspan(sent), next_rank());
+      const auto n = send_some(links.next, out.subspan(sent), links.next_rank());
       sent += n;
       moved += n;
     }
     if (received < in.size()) {
-      const auto n = receive_some(prev, in.subspan(received), prev_rank());
-      received += n;
+      const auto n = receive_some(links, in.subspan(received));
+      if (n > 0)
+        in = arrived(received += n);
       moved += n;
     }
     if (moved > 0) {
@@ -71,14 +99,45 @@ void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint
       if (now - idle_since < budget)
         continue;
     }
-    pollfd fds[2] = {{next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
-                     {prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
+    pollfd fds[2] = {
+      {links.next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
+      {links.prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
     if (!poll_until(fds, deadline))
-      throw timeout_error(
-        received < in.size()
-          ? "no data came from " + worker(prev_rank()) + " before the deadline"
-          : worker(next_rank()) + " did not take the data sent to it before the deadline");
+      throw timeout_error(received < in.size()
+                            ? "no data came from " + worker(links.prev_rank())
+                                + " before the deadline"
+                            : worker(links.next_rank())
+                                + " did not take the data sent to it before the deadline");
   }
+}
+
+} // namespace
+
+void ring_links::exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
+                          io_clock::time_point deadline) {
+  send_and_receive(*this, out, in, [in](std::size_t) { return in; }, deadline);
+}
+
+void ring_links::exchange_frame(std::span<const std::uint8_t> out, bytes& in,
+                                std::size_t max_bytes, io_clock::time_point deadline) {
+  constexpr std::size_t length_bytes = 8;
+  in.resize(std::max(length_bytes, out.size())); // as far as this rank's own frame
+  bool sized = false;
+  const auto arrived = [&](std::size_t received) -> std::span<std::uint8_t> {
+    if (!sized && received >= length_bytes) {
+      sized = true;
+      const auto length = load_le<std::uint64_t>(in);
+      if (length > max_bytes)
+        throw connection_closed(worker(prev_rank()) + " sent a record of "
+                                + std::to_string(length) + " bytes, more than any worker sends");
+      const auto frame = length_bytes + length;
+      if (received > frame) // a shorter frame than ours: the rest comes later
+        keep_ahead(*this, std::span(in).subspan(frame, received - frame));
+      in.resize(frame);
+    }
+    return in;
+  };
+  send_and_receive(*this, out, in, arrived, deadline);
 }
 
 std::chrono::microseconds ring_links::spin_budget() {

@@ -37,6 +37,19 @@ struct ring_links {
   void exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
                 io_clock::time_point deadline);
 
+  /// exchange() for frames: 8 bytes of little-endian length, then that
+  /// many bytes. Sends the frame `out` (one this rank wrote, or one it
+  /// received and passes on) while it receives the previous rank's next
+  /// frame into `in`, resized to it, in one pass, so a frame costs one
+  /// hop. Its reads reach as far as `out` does (the frames of one
+  /// collective are as long as each other, so one read takes a whole
+  /// frame); bytes beyond the frame's end, the start of what comes next,
+  /// are kept in `ahead` for the next receive. Throws as exchange(), and
+  /// connection_closed for a frame of more than `max_bytes`, which no
+  /// worker sends.
+  void exchange_frame(std::span<const std::uint8_t> out, bytes& in, std::size_t max_bytes,
+                      io_clock::time_point deadline);
+
   /// Closes both connections, so that the neighbours' exchanges fail at
   /// once instead of at their deadlines.
   void close() noexcept;
@@ -46,10 +59,16 @@ struct ring_links {
   void shut_down() noexcept;
 
   /// How long exchange() may spin, looked up again every 10 ms (its cache
-  /// below; the struct stays an aggregate of the four fields above).
+  /// below; the struct stays an aggregate of the four fields above, the
+  /// state after them starting empty).
   std::chrono::microseconds spin_budget();
   std::chrono::microseconds spin{0};
   io_clock::time_point spin_checked{};
+
+  /// What a frame's read took from the previous rank beyond the frame's
+  /// end, from `ahead_at` on: every receive takes these bytes first.
+  bytes ahead;
+  std::size_t ahead_at = 0;
 };
 
 /// Connects `links` (rank, world and two unconnected sockets on one

@@ -12,8 +12,6 @@ namespace lockstep::detail {
 
 namespace {
 
-constexpr std::size_t flight_records = 16;
-
 std::span<std::uint8_t> bytes_of(tensor& t) {
   return {static_cast<std::uint8_t*>(t.raw_data()), t.byte_size()};
 }
@@ -74,12 +72,12 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
     last_seq_ = std::max(last_seq_, f.seq);
     running_ = f.seq;
   }
-  const auto record = [&](const std::string& outcome) {
+  const auto record = [&](const char* outcome) {
     std::lock_guard lock{mutex_};
     running_ = 0;
-    records_.push_back(f.to_string() + ": " + outcome);
-    if (records_.size() > flight_records)
-      records_.pop_front();
+    auto& entry = flight_[flights_++ % flight_.size()];
+    entry.issued = f;
+    entry.outcome = outcome;
   };
   const auto broke = [&](const std::string& why) {
     links_.shut_down(); // the neighbours fail at once instead of at their deadlines
@@ -98,8 +96,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   };
   const auto deadline = io_clock::now() + options.timeout;
   try {
-    ring_agree(links_, f, deadline, options.failure);
-    work(deadline);
+    work(f, deadline);
   } catch (const connection_closed& e) {
     broke(e.what());
   } catch (const timeout_error& e) {
@@ -151,15 +148,19 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
                                : shape_t{static_cast<std::int64_t>(total / size_of(f.dtype))};
       f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
     }
-    run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
-      if (total == 0) // nothing to move (and memcpy must not see a null buffer)
+    run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
+                                         io_clock::time_point deadline) {
+      if (total == 0) { // nothing to move (and memcpy must not see a null buffer)
+        ring_agree(links_, records_, mine, options.failure, deadline);
         return;
+      }
       if (last - first == 1) { // one tensor: reduced in its output, no packing
         const auto out = bytes_of(outputs[first]);
         const auto in = bytes_of(inputs[first]);
         if (in.data() != out.data())
           std::memcpy(out.data(), in.data(), in.size());
-        ring_all_reduce(links_, op, inputs[first].dtype(), out, deadline);
+        ring_all_reduce(links_, records_, mine, options.failure, op, inputs[first].dtype(), out,
+                        deadline);
         return;
       }
       bytes buffer(total);
@@ -170,7 +171,8 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
           std::memcpy(buffer.data() + at, in.data(), in.size());
         at += in.size();
       }
-      ring_all_reduce(links_, op, inputs[first].dtype(), buffer, deadline);
+      ring_all_reduce(links_, records_, mine, options.failure, op, inputs[first].dtype(), buffer,
+                      deadline);
       at = 0;
       for (auto i = first; i < last; ++i) {
         const auto out = bytes_of(outputs[i]);
@@ -213,7 +215,9 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
   f.epoch = options.epoch;
   f.dtype = input.dtype();
   f.shape = input.shape();
-  run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+  run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
+                                       io_clock::time_point deadline) {
+    ring_agree(links_, records_, mine, options.failure, deadline);
     auto out = bytes_of(output);
     if (input.byte_size() > 0)
       std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(),
@@ -233,7 +237,9 @@ void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::s
   f.tensors = buffers.size();
   f.batch_tensors = buffers.size();
   f.batch_shapes = sign_batch(buffers).shapes;
-  run(rank, std::move(f), options, [&](io_clock::time_point deadline) {
+  run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
+                                       io_clock::time_point deadline) {
+    ring_agree(links_, records_, mine, options.failure, deadline);
     for (auto& buffer : buffers)
       ring_broadcast(links_, root, bytes_of(buffer), deadline);
   });
@@ -282,8 +288,10 @@ std::string tcp_ring_communicator::stall_report(std::uint64_t from_seq) const {
 std::string tcp_ring_communicator::dump() const {
   std::lock_guard lock{mutex_};
   std::string text;
-  for (const auto& line : records_)
-    text += line + "\n";
+  for (auto i = flights_ - std::min(flights_, flight_.size()); i < flights_; ++i) {
+    const auto& entry = flight_[i % flight_.size()];
+    text += entry.issued.to_string() + ": " + entry.outcome + "\n";
+  }
   return text;
 }
 

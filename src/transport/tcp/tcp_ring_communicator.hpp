@@ -15,9 +15,9 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +25,7 @@
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/communicator.hpp"
 #include "transport/tcp/ring_links.hpp"
+#include "transport/tcp/ring_records.hpp"
 
 namespace lockstep::detail {
 
@@ -71,9 +72,10 @@ private:
   std::string stall_report(std::uint64_t from_seq) const override;
   std::string dump() const override;
 
-  /// Runs `work` as collective `f` on the ring: agreement (with the
-  /// caller's failure), then the data; records the outcome; turns a broken
-  /// ring into peer_lost_error.
+  /// Runs `work(f, deadline)` as collective `f` on the ring: the work
+  /// agrees on `f` (with the caller's failure) and moves the data, in one
+  /// pass or two (ring_collectives.hpp); records the outcome; turns a
+  /// broken ring into peer_lost_error.
   template <class Work>
   void run(std::size_t rank, collective_fingerprint f, const collective_options& options,
            Work work);
@@ -82,6 +84,7 @@ private:
 
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
   ring_links links_;
+  ring_records records_; // the agreements' buffers, reused: the hot path allocates little
   mutable std::mutex mutex_; // guards what other threads read: the fields below
   std::uint64_t last_seq_ = 0;
   std::uint64_t cancelled_below_ = 0;
@@ -90,7 +93,15 @@ private:
   std::string broken_;        // why the ring broke; empty while it works
   std::condition_variable explained_; // notified when broken_ is set
   std::chrono::milliseconds grace_{0};
-  std::deque<std::string> records_; // the flight recorder, oldest first
+  /// The flight recorder: the last collectives and how each ended, in a
+  /// ring of slots (overwritten by assignment, which reuses the strings'
+  /// buffers; dump() formats them).
+  struct flight_entry {
+    collective_fingerprint issued;
+    const char* outcome = nullptr;
+  };
+  std::array<flight_entry, 16> flight_;
+  std::size_t flights_ = 0; // entries ever written
 };
 
 } // namespace lockstep::detail
