@@ -6,6 +6,7 @@
 
 #include "lockstep/cluster_resolver.hpp"
 
+#include "cluster/cluster_sources.hpp"
 #include "cluster/slurm_hostlist.hpp"
 #include "lockstep/error.hpp"
 #include "test_support.hpp"
@@ -191,6 +192,41 @@ TEST_CASE("torchrun and PyTorchJob") {
   CHECK(contains(refusal({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"},
                           {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}}),
                  "local rank 2 (LOCAL_RANK) is not below the local world size 2"));
+}
+
+TEST_CASE("torchrun's agent store holds MASTER_PORT: the coordinator takes the next port") {
+  const env agent{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
+                  {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  const auto spec = resolve(agent);
+  CHECK(spec.coordinator == network_address{"node0", 29501});
+  CHECK(spec.listen.port == 29501); // rank 0 listens there, beside the store
+  const auto fields = detail::from_torchrun(agent);
+  REQUIRE(fields);
+  CHECK(fields->coordinator.from == "MASTER_PORT + 1: torchrun's store holds MASTER_PORT");
+
+  // The job id still comes from MASTER_ADDR:MASTER_PORT, as every worker sees them.
+  auto no_store = agent;
+  no_store.erase("TORCHELASTIC_USE_AGENT_STORE");
+  CHECK(resolve(no_store).coordinator == network_address{"node0", 29500});
+  CHECK(resolve(no_store).job_id == spec.job_id);
+  no_store["TORCHELASTIC_USE_AGENT_STORE"] = "False"; // torchrun's word for no store
+  CHECK(resolve(no_store).coordinator == network_address{"node0", 29500});
+
+  auto overridden = agent;
+  overridden["LOCKSTEP_COORDINATOR"] = "node0:7000";
+  CHECK(resolve(overridden).coordinator == network_address{"node0", 7000});
+
+  auto last_port = agent;
+  last_port["MASTER_PORT"] = "65535";
+  const auto why = refusal(last_port);
+  CHECK(contains(why, "cluster from torchrun: a world of 2 workers needs the coordinator"));
+  CHECK(contains(why, "MASTER_PORT 65535 is torchrun's store's"));
+  CHECK(contains(why, "set LOCKSTEP_COORDINATOR"));
+  last_port["LOCKSTEP_COORDINATOR"] = "node0:7000";
+  CHECK(resolve(last_port).coordinator == network_address{"node0", 7000});
+  last_port.erase("LOCKSTEP_COORDINATOR");
+  CHECK(resolve(last_port, {.coordinator = "node0:7001"}).coordinator
+        == network_address{"node0", 7001});
 }
 
 TEST_CASE("Open MPI names no coordinator: it comes from LOCKSTEP_COORDINATOR") {

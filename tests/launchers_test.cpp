@@ -3,7 +3,7 @@
 // PyTorchJob and a Kubeflow TFJob start it, each worker with exactly the
 // variables that launcher sets, plus only what the docs tell users to add
 // (the token; LOCKSTEP_REPLICAS_PER_WORKER; LOCKSTEP_COORDINATOR where the
-// launcher names no free coordinator port). Every worker runs the
+// launcher names no coordinator). Every worker runs the
 // collectives scenario (every op, dtype and size against closed forms) and
 // logs at info level the cluster it resolved, which the test compares with
 // what the launcher's variables mean. Then Open MPI's real mpirun, when it
@@ -257,7 +257,7 @@ TEST_CASE("Slurm: a step whose task counts disagree is refused naming the variab
                   "Slurm: SLURM_STEP_TASKS_PER_NODE places 2 tasks but SLURM_STEP_NUM_TASKS is 3");
 }
 
-TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator from LOCKSTEP_COORDINATOR while "
+TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator on MASTER_PORT + 1 while "
           "torchrun's agent store holds MASTER_PORT") {
   temp_folder folder;
   const auto ports = free_ports(2);
@@ -267,8 +267,7 @@ TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator from LOCKSTEP_COORD
   std::vector<std::string> expected;
   for (std::size_t rank = 0; rank < 2; ++rank) {
     auto env = torchrun_worker(rank, 2, ports);
-    env.insert(env.end(), {"LOCKSTEP_COORDINATOR=" + coordinator,
-                           "LOCKSTEP_CLUSTER_TOKEN=" + token_text,
+    env.insert(env.end(), {"LOCKSTEP_CLUSTER_TOKEN=" + token_text,
                            "LOCKSTEP_REPLICAS_PER_WORKER=2"});
     ranks.push_back(env);
     expected.push_back(resolved("torchrun", rank, 2, rank, 2, coordinator)
@@ -276,18 +275,24 @@ TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator from LOCKSTEP_COORD
   }
   auto workers = start_workers(folder, ranks, {"collectives"});
   require_cluster(workers, 2, expected);
+  for (auto& worker : workers) {
+    const auto text = worker.text();
+    CHECK_MESSAGE(text.find("coordinator from MASTER_PORT + 1: torchrun's store holds "
+                            "MASTER_PORT")
+                    != std::string::npos,
+                  text);
+  }
 }
 
-TEST_CASE("torchrun: without LOCKSTEP_COORDINATOR, rank 0 cannot listen on MASTER_PORT, which "
-          "torchrun's agent store holds, and says so") {
+TEST_CASE("torchrun: MASTER_PORT 65535 leaves the coordinator no port beside the store, and "
+          "rank 0 says so") {
   temp_folder folder;
-  const auto master_port = free_ports(1);
-  const port_holder agent_store(master_port);
-  auto env = torchrun_worker(0, 2, master_port);
+  auto env = torchrun_worker(0, 2, 65535);
   env.push_back("LOCKSTEP_CLUSTER_TOKEN=" + token_text);
   require_refused(folder, env,
-                  "cluster: cannot listen for control connections at 0.0.0.0:"
-                    + std::to_string(master_port) + ": Address already in use");
+                  "cluster from torchrun: a world of 2 workers needs the coordinator's address "
+                  "(rank 0's host:port), and torchrun gives none: MASTER_PORT 65535 is "
+                  "torchrun's store's");
 }
 
 TEST_CASE("Kubeflow PyTorchJob: a Master and 2 Workers, the program run directly in each pod") {
