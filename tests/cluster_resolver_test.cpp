@@ -229,6 +229,23 @@ TEST_CASE("torchrun's agent store holds MASTER_PORT: the coordinator takes the n
         == network_address{"node0", 7001});
 }
 
+TEST_CASE("torchrun's run id \"none\" (no --rdzv-id) is no run id") {
+  const env unnamed{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
+                    {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "none"}};
+  const auto id = resolve(unnamed).job_id;
+  CHECK(id != "torch-none");
+  CHECK(id.rfind("torch-", 0) == 0);
+  auto absent = unnamed;
+  absent.erase("TORCHELASTIC_RUN_ID");
+  CHECK(resolve(absent).job_id == id); // derived from MASTER_ADDR:MASTER_PORT alike
+  auto elsewhere = unnamed;
+  elsewhere["MASTER_PORT"] = "29600";
+  CHECK(resolve(elsewhere).job_id != id); // another job, another id
+  auto named = unnamed;
+  named["TORCHELASTIC_RUN_ID"] = "nonesuch";
+  CHECK(resolve(named).job_id == "torch-nonesuch");
+}
+
 TEST_CASE("Open MPI names no coordinator: it comes from LOCKSTEP_COORDINATOR") {
   const env mpi{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                 {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};

@@ -170,8 +170,9 @@ environment srun_task(std::size_t task, std::size_t tasks, const std::string& to
 
 // -- torchrun ------------------------------------------------------------
 
-/// What torchrun (static rendezvous, one node, --nproc-per-node N) gives
-/// worker `rank`; its agent holds MASTER_PORT.
+/// What torchrun (static rendezvous, one node, --nproc-per-node N, no
+/// --rdzv-id: run id "none") gives worker `rank`; its agent holds
+/// MASTER_PORT.
 environment torchrun_worker(std::size_t rank, std::size_t workers, int master_port) {
   const auto r = std::to_string(rank);
   const auto n = std::to_string(workers);
@@ -188,7 +189,7 @@ environment torchrun_worker(std::size_t rank, std::size_t workers, int master_po
           "MASTER_PORT=" + std::to_string(master_port),
           "TORCHELASTIC_RESTART_COUNT=0",
           "TORCHELASTIC_MAX_RESTARTS=0",
-          "TORCHELASTIC_RUN_ID=launchers-test",
+          "TORCHELASTIC_RUN_ID=none",
           "TORCHELASTIC_USE_AGENT_STORE=True",
           "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"};
 }
@@ -270,13 +271,14 @@ TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator on MASTER_PORT + 1 
     env.insert(env.end(), {"LOCKSTEP_CLUSTER_TOKEN=" + token_text,
                            "LOCKSTEP_REPLICAS_PER_WORKER=2"});
     ranks.push_back(env);
-    expected.push_back(resolved("torchrun", rank, 2, rank, 2, coordinator)
-                       + "torch-launchers-test");
+    // Run id "none" is no run id: a job id derived from MASTER_ADDR:MASTER_PORT.
+    expected.push_back(resolved("torchrun", rank, 2, rank, 2, coordinator) + "torch-");
   }
   auto workers = start_workers(folder, ranks, {"collectives"});
   require_cluster(workers, 2, expected);
   for (auto& worker : workers) {
     const auto text = worker.text();
+    CHECK_MESSAGE(text.find("job torch-none") == std::string::npos, text);
     CHECK_MESSAGE(text.find("coordinator from MASTER_PORT + 1: torchrun's store holds "
                             "MASTER_PORT")
                     != std::string::npos,

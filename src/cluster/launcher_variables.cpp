@@ -52,7 +52,9 @@ std::optional<cluster_fields> from_torchrun(const environment& env) {
     fields.coordinator.set(std::move(coordinator), "MASTER_ADDR");
   }
   take_count(fields.generation, env, "TORCHELASTIC_RESTART_COUNT");
-  if (const auto run = variable(env, "TORCHELASTIC_RUN_ID"))
+  // torchrun's --rdzv-id defaults to "none": every such job would share one id.
+  const auto run = variable(env, "TORCHELASTIC_RUN_ID");
+  if (run && *run != "none")
     fields.job_id.set("torch-" + std::string(*run), "TORCHELASTIC_RUN_ID");
   else
     fields.job_id.set(derived_job_id("torch", master_address), "MASTER_ADDR");
