@@ -140,32 +140,37 @@ std::optional<std::string> on_path(const std::string& name) {
 // -- Slurm ---------------------------------------------------------------
 
 /// What srun gives task `task` of a step of `tasks` tasks on this one node
-/// (job 4242, step 0), and the token file the batch script exported.
-environment srun_task(std::size_t task, std::size_t tasks, const std::string& token) {
+/// (job 4242, step 0), and the token file the batch script exported; with
+/// `reserved_ports` (`srun --resv-ports`), SLURM_STEP_RESV_PORTS.
+environment srun_task(std::size_t task, std::size_t tasks, const std::string& token,
+                      const std::string& reserved_ports = "") {
   const auto n = std::to_string(tasks);
-  return {"SLURM_PROCID=" + std::to_string(task),
-          "SLURM_LOCALID=" + std::to_string(task),
-          "SLURM_NODEID=0",
-          "SLURM_NTASKS=" + n,
-          "SLURM_NPROCS=" + n,
-          "SLURM_STEP_NUM_TASKS=" + n,
-          "SLURM_STEP_NUM_NODES=1",
-          "SLURM_NNODES=1",
-          "SLURM_JOB_NUM_NODES=1",
-          "SLURM_STEP_NODELIST=localhost",
-          "SLURM_JOB_NODELIST=localhost",
-          "SLURM_NODELIST=localhost",
-          "SLURMD_NODENAME=localhost",
-          "SLURM_STEP_TASKS_PER_NODE=" + n,
-          "SLURM_TASKS_PER_NODE=" + n,
-          "SLURM_JOB_ID=4242",
-          "SLURM_JOBID=4242",
-          "SLURM_STEP_ID=0",
-          "SLURM_STEPID=0",
-          "SLURM_JOB_NAME=launchers",
-          "SLURM_CPUS_ON_NODE=2",
-          "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1",
-          "LOCKSTEP_CLUSTER_TOKEN_FILE=" + token};
+  environment variables{"SLURM_PROCID=" + std::to_string(task),
+                        "SLURM_LOCALID=" + std::to_string(task),
+                        "SLURM_NODEID=0",
+                        "SLURM_NTASKS=" + n,
+                        "SLURM_NPROCS=" + n,
+                        "SLURM_STEP_NUM_TASKS=" + n,
+                        "SLURM_STEP_NUM_NODES=1",
+                        "SLURM_NNODES=1",
+                        "SLURM_JOB_NUM_NODES=1",
+                        "SLURM_STEP_NODELIST=localhost",
+                        "SLURM_JOB_NODELIST=localhost",
+                        "SLURM_NODELIST=localhost",
+                        "SLURMD_NODENAME=localhost",
+                        "SLURM_STEP_TASKS_PER_NODE=" + n,
+                        "SLURM_TASKS_PER_NODE=" + n,
+                        "SLURM_JOB_ID=4242",
+                        "SLURM_JOBID=4242",
+                        "SLURM_STEP_ID=0",
+                        "SLURM_STEPID=0",
+                        "SLURM_JOB_NAME=launchers",
+                        "SLURM_CPUS_ON_NODE=2",
+                        "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1",
+                        "LOCKSTEP_CLUSTER_TOKEN_FILE=" + token};
+  if (!reserved_ports.empty())
+    variables.push_back("SLURM_STEP_RESV_PORTS=" + reserved_ports);
+  return variables;
 }
 
 // -- torchrun ------------------------------------------------------------
@@ -246,6 +251,23 @@ TEST_CASE("Slurm: srun's variables, 3 tasks on one node, ports from the program'
   }
   auto workers = start_workers(folder, tasks, {"--slurm-port-base", std::to_string(base),
                                                "collectives"});
+  require_cluster(workers, 1, expected);
+}
+
+TEST_CASE("Slurm: srun --resv-ports, 3 tasks on one node listen on the step's reserved ports") {
+  temp_folder folder;
+  const auto token = token_file(folder);
+  const auto base = free_ports(3);
+  const auto reserved = std::to_string(base) + "-" + std::to_string(base + 2);
+  std::vector<environment> tasks;
+  std::vector<std::string> expected;
+  for (std::size_t task = 0; task < 3; ++task) {
+    tasks.push_back(srun_task(task, 3, token, reserved));
+    expected.push_back(resolved("Slurm", task, 3, task, 3, "localhost:" + std::to_string(base))
+                       + "slurm-4242.0");
+  }
+  // No --slurm-port-base: the reserved ports replace the default base.
+  auto workers = start_workers(folder, tasks, {"collectives"});
   require_cluster(workers, 1, expected);
 }
 
