@@ -37,8 +37,8 @@ using environment = std::vector<std::string>;
 const std::string token_text = "4c6f636b737465702d6c61756e63686572732d746573742d746f6b656e2d3031";
 
 /// A token file as the docs have users make one (`openssl rand -hex 32`
-/// into a file of mode 0600), standing in for a Kubernetes Secret mounted
-/// as a file or a file on Slurm's shared file system.
+/// into a file of mode 0600), standing in for a file on Slurm's shared
+/// file system.
 std::string token_file(const temp_folder& folder) {
   const auto path = folder.path() / "cluster-token";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -47,6 +47,24 @@ std::string token_file(const temp_folder& folder) {
   REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
   ::close(fd);
   return path.string();
+}
+
+/// The token as a Kubernetes Secret volume mounts it (defaultMode 0400):
+/// `token` is a link to `..data/token`, `..data` a link to the current
+/// version's folder, which holds the file. Returns the link's path.
+std::string secret_volume(const temp_folder& folder) {
+  const auto volume = folder.path() / "secret";
+  const auto version = volume / "..2026_01_01_00_00_00.000000001";
+  fs::create_directories(version);
+  const auto path = version / "token";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0400);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, token_text.data(), token_text.size())
+          == static_cast<ssize_t>(token_text.size()));
+  ::close(fd);
+  fs::create_directory_symlink(version.filename(), volume / "..data");
+  fs::create_symlink("..data/token", volume / "token");
+  return (volume / "token").string();
 }
 
 /// One worker program per entry of `environments`, each with `args`,
@@ -321,7 +339,7 @@ TEST_CASE("torchrun: MASTER_PORT 65535 leaves the coordinator no port beside the
 
 TEST_CASE("Kubeflow PyTorchJob: a Master and 2 Workers, the program run directly in each pod") {
   temp_folder folder;
-  const auto token = token_file(folder);
+  const auto token = secret_volume(folder);
   const auto master_port = free_ports(1);
   std::vector<environment> pods;
   std::vector<std::string> expected;
@@ -355,7 +373,7 @@ TEST_CASE("Kubeflow PyTorchJob: a pod with another WORLD_SIZE is refused naming 
 
 TEST_CASE("Kubeflow TFJob: a chief and 2 workers x 2 replicas from TF_CONFIG") {
   temp_folder folder;
-  const auto token = token_file(folder);
+  const auto token = secret_volume(folder);
   const auto base = free_ports(3); // the chief's port, then each worker's
   const auto chief = "localhost:" + std::to_string(base);
   std::vector<environment> pods;
