@@ -6,6 +6,7 @@
 
 #include "lockstep/cluster_resolver.hpp"
 
+#include "cluster/cluster_sources.hpp"
 #include "cluster/slurm_hostlist.hpp"
 #include "lockstep/error.hpp"
 #include "test_support.hpp"
@@ -193,6 +194,58 @@ TEST_CASE("torchrun and PyTorchJob") {
                  "local rank 2 (LOCAL_RANK) is not below the local world size 2"));
 }
 
+TEST_CASE("torchrun's agent store holds MASTER_PORT: the coordinator takes the next port") {
+  const env agent{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
+                  {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  const auto spec = resolve(agent);
+  CHECK(spec.coordinator == network_address{"node0", 29501});
+  CHECK(spec.listen.port == 29501); // rank 0 listens there, beside the store
+  const auto fields = detail::from_torchrun(agent);
+  REQUIRE(fields);
+  CHECK(fields->coordinator.from == "MASTER_PORT + 1: torchrun's store holds MASTER_PORT");
+
+  // The job id still comes from MASTER_ADDR:MASTER_PORT, as every worker sees them.
+  auto no_store = agent;
+  no_store.erase("TORCHELASTIC_USE_AGENT_STORE");
+  CHECK(resolve(no_store).coordinator == network_address{"node0", 29500});
+  CHECK(resolve(no_store).job_id == spec.job_id);
+  no_store["TORCHELASTIC_USE_AGENT_STORE"] = "False"; // torchrun's word for no store
+  CHECK(resolve(no_store).coordinator == network_address{"node0", 29500});
+
+  auto overridden = agent;
+  overridden["LOCKSTEP_COORDINATOR"] = "node0:7000";
+  CHECK(resolve(overridden).coordinator == network_address{"node0", 7000});
+
+  auto last_port = agent;
+  last_port["MASTER_PORT"] = "65535";
+  const auto why = refusal(last_port);
+  CHECK(contains(why, "cluster from torchrun: a world of 2 workers needs the coordinator"));
+  CHECK(contains(why, "MASTER_PORT 65535 is torchrun's store's"));
+  CHECK(contains(why, "set LOCKSTEP_COORDINATOR"));
+  last_port["LOCKSTEP_COORDINATOR"] = "node0:7000";
+  CHECK(resolve(last_port).coordinator == network_address{"node0", 7000});
+  last_port.erase("LOCKSTEP_COORDINATOR");
+  CHECK(resolve(last_port, {.coordinator = "node0:7001"}).coordinator
+        == network_address{"node0", 7001});
+}
+
+TEST_CASE("torchrun's run id \"none\" (no --rdzv-id) is no run id") {
+  const env unnamed{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
+                    {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "none"}};
+  const auto id = resolve(unnamed).job_id;
+  CHECK(id != "torch-none");
+  CHECK(id.rfind("torch-", 0) == 0);
+  auto absent = unnamed;
+  absent.erase("TORCHELASTIC_RUN_ID");
+  CHECK(resolve(absent).job_id == id); // derived from MASTER_ADDR:MASTER_PORT alike
+  auto elsewhere = unnamed;
+  elsewhere["MASTER_PORT"] = "29600";
+  CHECK(resolve(elsewhere).job_id != id); // another job, another id
+  auto named = unnamed;
+  named["TORCHELASTIC_RUN_ID"] = "nonesuch";
+  CHECK(resolve(named).job_id == "torch-nonesuch");
+}
+
 TEST_CASE("Open MPI names no coordinator: it comes from LOCKSTEP_COORDINATOR") {
   const env mpi{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                 {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
@@ -249,6 +302,45 @@ TEST_CASE("Slurm: hosts expanded, tasks laid out per host, ports from the base")
   CHECK(contains(refusal(wrong), "SLURM_PROCID 5 is not below SLURM_STEP_NUM_TASKS 5"));
 }
 
+TEST_CASE("Slurm with srun --resv-ports: each task listens on its local rank's reserved port") {
+  const env slurm{{"SLURM_PROCID", "3"}, {"SLURM_STEP_NUM_TASKS", "5"},
+                  {"SLURM_STEP_NODELIST", "node[01-02],gpu7"},
+                  {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}, {"SLURM_JOB_ID", "123"},
+                  {"SLURM_STEP_RESV_PORTS", "12000,12005-12006"}};
+  const auto spec = resolve(slurm);
+  CHECK(spec.listen == network_address{"0.0.0.0", 12005}); // local rank 1 on node02
+  CHECK(spec.coordinator == network_address{"node01", 12000});
+  REQUIRE(spec.peers.size() == 5);
+  CHECK(spec.peers[0] == network_address{"node01", 12000});
+  CHECK(spec.peers[1] == network_address{"node01", 12005});
+  CHECK(spec.peers[2] == network_address{"node02", 12000});
+  CHECK(spec.peers[4] == network_address{"gpu7", 12000});
+  // The reserved ports win over the program's port base.
+  CHECK(resolve(slurm, {.slurm_port_base = 9000}).listen.port == 12005);
+  const auto fields = detail::from_slurm(slurm, 8888);
+  REQUIRE(fields);
+  CHECK(fields->listen.from == "SLURM_STEP_RESV_PORTS");
+  CHECK(fields->coordinator.from == "SLURM_STEP_NODELIST, SLURM_STEP_RESV_PORTS");
+
+  auto rank0 = slurm;
+  rank0["SLURM_PROCID"] = "0";
+  rank0["SLURM_STEP_RESV_PORTS"] = "12000-12003";
+  CHECK(resolve(rank0).listen.port == 12000); // the coordinator's port
+
+  auto too_few = slurm;
+  too_few["SLURM_STEP_RESV_PORTS"] = "12000";
+  CHECK(contains(refusal(too_few), "SLURM_STEP_RESV_PORTS = \"12000\" reserves 1 ports but "
+                                   "node01 runs 2 tasks (SLURM_STEP_TASKS_PER_NODE)"));
+  auto malformed = slurm;
+  malformed["SLURM_STEP_RESV_PORTS"] = "12003-12000";
+  CHECK(contains(refusal(malformed), "SLURM_STEP_RESV_PORTS = \"12003-12000\" is not a Slurm "
+                                     "list: a descending range"));
+  malformed["SLURM_STEP_RESV_PORTS"] = "70000-70001";
+  CHECK(contains(refusal(malformed), "70000-70001 is not within the ports 1 to 65535"));
+  malformed["SLURM_STEP_RESV_PORTS"] = "port";
+  CHECK(contains(refusal(malformed), "SLURM_STEP_RESV_PORTS = \"port\" is not a whole number"));
+}
+
 TEST_CASE("Slurm's compressed lists") {
   using detail::expand_hostlist;
   using detail::expand_tasks_per_node;
@@ -260,6 +352,18 @@ TEST_CASE("Slurm's compressed lists") {
   CHECK(expand_hostlist("gpu[1-2,4]-ib,login", "L")
         == std::vector<std::string>{"gpu1-ib", "gpu2-ib", "gpu4-ib", "login"});
   CHECK(expand_tasks_per_node("2(x3),1", "T") == std::vector<std::size_t>{2, 2, 2, 1});
+  using detail::expand_port_list;
+  CHECK(expand_port_list("12000-12003", "P")
+        == std::vector<std::uint16_t>{12000, 12001, 12002, 12003});
+  CHECK(expand_port_list("12000,12005-12006", "P")
+        == std::vector<std::uint16_t>{12000, 12005, 12006});
+  CHECK(expand_port_list("65535", "P") == std::vector<std::uint16_t>{65535});
+  CHECK(contains(error_of<value_error>([] { expand_port_list("0-1", "P"); }),
+                 "0-1 is not within the ports 1 to 65535"));
+  CHECK(contains(error_of<value_error>([] { expand_port_list("1-65535,1-2", "P"); }),
+                 "more than 65535 ports"));
+  CHECK(contains(error_of<value_error>([] { expand_port_list("1,,2", "P"); }),
+                 "is not a Slurm list"));
   CHECK(contains(error_of<value_error>([] { expand_hostlist("n[3-1]", "L"); }),
                  "a descending range 3-1"));
   CHECK(contains(error_of<value_error>([] { expand_hostlist("n[[1]]", "L"); }), "nested"));

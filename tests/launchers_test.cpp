@@ -3,7 +3,7 @@
 // PyTorchJob and a Kubeflow TFJob start it, each worker with exactly the
 // variables that launcher sets, plus only what the docs tell users to add
 // (the token; LOCKSTEP_REPLICAS_PER_WORKER; LOCKSTEP_COORDINATOR where the
-// launcher names no free coordinator port). Every worker runs the
+// launcher names no coordinator). Every worker runs the
 // collectives scenario (every op, dtype and size against closed forms) and
 // logs at info level the cluster it resolved, which the test compares with
 // what the launcher's variables mean. Then Open MPI's real mpirun, when it
@@ -37,8 +37,8 @@ using environment = std::vector<std::string>;
 const std::string token_text = "4c6f636b737465702d6c61756e63686572732d746573742d746f6b656e2d3031";
 
 /// A token file as the docs have users make one (`openssl rand -hex 32`
-/// into a file of mode 0600), standing in for a Kubernetes Secret mounted
-/// as a file or a file on Slurm's shared file system.
+/// into a file of mode 0600), standing in for a file on Slurm's shared
+/// file system.
 std::string token_file(const temp_folder& folder) {
   const auto path = folder.path() / "cluster-token";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -47,6 +47,24 @@ std::string token_file(const temp_folder& folder) {
   REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
   ::close(fd);
   return path.string();
+}
+
+/// The token as a Kubernetes Secret volume mounts it (defaultMode 0400):
+/// `token` is a link to `..data/token`, `..data` a link to the current
+/// version's folder, which holds the file. Returns the link's path.
+std::string secret_volume(const temp_folder& folder) {
+  const auto volume = folder.path() / "secret";
+  const auto version = volume / "..2026_01_01_00_00_00.000000001";
+  fs::create_directories(version);
+  const auto path = version / "token";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0400);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, token_text.data(), token_text.size())
+          == static_cast<ssize_t>(token_text.size()));
+  ::close(fd);
+  fs::create_directory_symlink(version.filename(), volume / "..data");
+  fs::create_symlink("..data/token", volume / "token");
+  return (volume / "token").string();
 }
 
 /// One worker program per entry of `environments`, each with `args`,
@@ -140,38 +158,44 @@ std::optional<std::string> on_path(const std::string& name) {
 // -- Slurm ---------------------------------------------------------------
 
 /// What srun gives task `task` of a step of `tasks` tasks on this one node
-/// (job 4242, step 0), and the token file the batch script exported.
-environment srun_task(std::size_t task, std::size_t tasks, const std::string& token) {
+/// (job 4242, step 0), and the token file the batch script exported; with
+/// `reserved_ports` (`srun --resv-ports`), SLURM_STEP_RESV_PORTS.
+environment srun_task(std::size_t task, std::size_t tasks, const std::string& token,
+                      const std::string& reserved_ports = "") {
   const auto n = std::to_string(tasks);
-  return {"SLURM_PROCID=" + std::to_string(task),
-          "SLURM_LOCALID=" + std::to_string(task),
-          "SLURM_NODEID=0",
-          "SLURM_NTASKS=" + n,
-          "SLURM_NPROCS=" + n,
-          "SLURM_STEP_NUM_TASKS=" + n,
-          "SLURM_STEP_NUM_NODES=1",
-          "SLURM_NNODES=1",
-          "SLURM_JOB_NUM_NODES=1",
-          "SLURM_STEP_NODELIST=localhost",
-          "SLURM_JOB_NODELIST=localhost",
-          "SLURM_NODELIST=localhost",
-          "SLURMD_NODENAME=localhost",
-          "SLURM_STEP_TASKS_PER_NODE=" + n,
-          "SLURM_TASKS_PER_NODE=" + n,
-          "SLURM_JOB_ID=4242",
-          "SLURM_JOBID=4242",
-          "SLURM_STEP_ID=0",
-          "SLURM_STEPID=0",
-          "SLURM_JOB_NAME=launchers",
-          "SLURM_CPUS_ON_NODE=2",
-          "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1",
-          "LOCKSTEP_CLUSTER_TOKEN_FILE=" + token};
+  environment variables{"SLURM_PROCID=" + std::to_string(task),
+                        "SLURM_LOCALID=" + std::to_string(task),
+                        "SLURM_NODEID=0",
+                        "SLURM_NTASKS=" + n,
+                        "SLURM_NPROCS=" + n,
+                        "SLURM_STEP_NUM_TASKS=" + n,
+                        "SLURM_STEP_NUM_NODES=1",
+                        "SLURM_NNODES=1",
+                        "SLURM_JOB_NUM_NODES=1",
+                        "SLURM_STEP_NODELIST=localhost",
+                        "SLURM_JOB_NODELIST=localhost",
+                        "SLURM_NODELIST=localhost",
+                        "SLURMD_NODENAME=localhost",
+                        "SLURM_STEP_TASKS_PER_NODE=" + n,
+                        "SLURM_TASKS_PER_NODE=" + n,
+                        "SLURM_JOB_ID=4242",
+                        "SLURM_JOBID=4242",
+                        "SLURM_STEP_ID=0",
+                        "SLURM_STEPID=0",
+                        "SLURM_JOB_NAME=launchers",
+                        "SLURM_CPUS_ON_NODE=2",
+                        "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1",
+                        "LOCKSTEP_CLUSTER_TOKEN_FILE=" + token};
+  if (!reserved_ports.empty())
+    variables.push_back("SLURM_STEP_RESV_PORTS=" + reserved_ports);
+  return variables;
 }
 
 // -- torchrun ------------------------------------------------------------
 
-/// What torchrun (static rendezvous, one node, --nproc-per-node N) gives
-/// worker `rank`; its agent holds MASTER_PORT.
+/// What torchrun (static rendezvous, one node, --nproc-per-node N, no
+/// --rdzv-id: run id "none") gives worker `rank`; its agent holds
+/// MASTER_PORT.
 environment torchrun_worker(std::size_t rank, std::size_t workers, int master_port) {
   const auto r = std::to_string(rank);
   const auto n = std::to_string(workers);
@@ -188,7 +212,7 @@ environment torchrun_worker(std::size_t rank, std::size_t workers, int master_po
           "MASTER_PORT=" + std::to_string(master_port),
           "TORCHELASTIC_RESTART_COUNT=0",
           "TORCHELASTIC_MAX_RESTARTS=0",
-          "TORCHELASTIC_RUN_ID=launchers-test",
+          "TORCHELASTIC_RUN_ID=none",
           "TORCHELASTIC_USE_AGENT_STORE=True",
           "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"};
 }
@@ -248,6 +272,23 @@ TEST_CASE("Slurm: srun's variables, 3 tasks on one node, ports from the program'
   require_cluster(workers, 1, expected);
 }
 
+TEST_CASE("Slurm: srun --resv-ports, 3 tasks on one node listen on the step's reserved ports") {
+  temp_folder folder;
+  const auto token = token_file(folder);
+  const auto base = free_ports(3);
+  const auto reserved = std::to_string(base) + "-" + std::to_string(base + 2);
+  std::vector<environment> tasks;
+  std::vector<std::string> expected;
+  for (std::size_t task = 0; task < 3; ++task) {
+    tasks.push_back(srun_task(task, 3, token, reserved));
+    expected.push_back(resolved("Slurm", task, 3, task, 3, "localhost:" + std::to_string(base))
+                       + "slurm-4242.0");
+  }
+  // No --slurm-port-base: the reserved ports replace the default base.
+  auto workers = start_workers(folder, tasks, {"collectives"});
+  require_cluster(workers, 1, expected);
+}
+
 TEST_CASE("Slurm: a step whose task counts disagree is refused naming the variables") {
   temp_folder folder;
   auto task = srun_task(0, 3, token_file(folder));
@@ -257,7 +298,7 @@ TEST_CASE("Slurm: a step whose task counts disagree is refused naming the variab
                   "Slurm: SLURM_STEP_TASKS_PER_NODE places 2 tasks but SLURM_STEP_NUM_TASKS is 3");
 }
 
-TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator from LOCKSTEP_COORDINATOR while "
+TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator on MASTER_PORT + 1 while "
           "torchrun's agent store holds MASTER_PORT") {
   temp_folder folder;
   const auto ports = free_ports(2);
@@ -267,32 +308,38 @@ TEST_CASE("torchrun: 2 workers x 2 replicas, the coordinator from LOCKSTEP_COORD
   std::vector<std::string> expected;
   for (std::size_t rank = 0; rank < 2; ++rank) {
     auto env = torchrun_worker(rank, 2, ports);
-    env.insert(env.end(), {"LOCKSTEP_COORDINATOR=" + coordinator,
-                           "LOCKSTEP_CLUSTER_TOKEN=" + token_text,
+    env.insert(env.end(), {"LOCKSTEP_CLUSTER_TOKEN=" + token_text,
                            "LOCKSTEP_REPLICAS_PER_WORKER=2"});
     ranks.push_back(env);
-    expected.push_back(resolved("torchrun", rank, 2, rank, 2, coordinator)
-                       + "torch-launchers-test");
+    // Run id "none" is no run id: a job id derived from MASTER_ADDR:MASTER_PORT.
+    expected.push_back(resolved("torchrun", rank, 2, rank, 2, coordinator) + "torch-");
   }
   auto workers = start_workers(folder, ranks, {"collectives"});
   require_cluster(workers, 2, expected);
+  for (auto& worker : workers) {
+    const auto text = worker.text();
+    CHECK_MESSAGE(text.find("job torch-none") == std::string::npos, text);
+    CHECK_MESSAGE(text.find("coordinator from MASTER_PORT + 1: torchrun's store holds "
+                            "MASTER_PORT")
+                    != std::string::npos,
+                  text);
+  }
 }
 
-TEST_CASE("torchrun: without LOCKSTEP_COORDINATOR, rank 0 cannot listen on MASTER_PORT, which "
-          "torchrun's agent store holds, and says so") {
+TEST_CASE("torchrun: MASTER_PORT 65535 leaves the coordinator no port beside the store, and "
+          "rank 0 says so") {
   temp_folder folder;
-  const auto master_port = free_ports(1);
-  const port_holder agent_store(master_port);
-  auto env = torchrun_worker(0, 2, master_port);
+  auto env = torchrun_worker(0, 2, 65535);
   env.push_back("LOCKSTEP_CLUSTER_TOKEN=" + token_text);
   require_refused(folder, env,
-                  "cluster: cannot listen for control connections at 0.0.0.0:"
-                    + std::to_string(master_port) + ": Address already in use");
+                  "cluster from torchrun: a world of 2 workers needs the coordinator's address "
+                  "(rank 0's host:port), and torchrun gives none: MASTER_PORT 65535 is "
+                  "torchrun's store's");
 }
 
 TEST_CASE("Kubeflow PyTorchJob: a Master and 2 Workers, the program run directly in each pod") {
   temp_folder folder;
-  const auto token = token_file(folder);
+  const auto token = secret_volume(folder);
   const auto master_port = free_ports(1);
   std::vector<environment> pods;
   std::vector<std::string> expected;
@@ -326,7 +373,7 @@ TEST_CASE("Kubeflow PyTorchJob: a pod with another WORLD_SIZE is refused naming 
 
 TEST_CASE("Kubeflow TFJob: a chief and 2 workers x 2 replicas from TF_CONFIG") {
   temp_folder folder;
-  const auto token = token_file(folder);
+  const auto token = secret_volume(folder);
   const auto base = free_ports(3); // the chief's port, then each worker's
   const auto chief = "localhost:" + std::to_string(base);
   std::vector<environment> pods;

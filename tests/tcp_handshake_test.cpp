@@ -12,6 +12,7 @@
 
 #include "allocation_counter.hpp"
 #include "file_support.hpp"
+#include "special_files.hpp"
 #include "test_support.hpp"
 
 #include "lockstep/error.hpp"
@@ -331,6 +332,45 @@ TEST_CASE("cluster token: a file only its owner may read, or a variable; at leas
   const auto fresh = generate_cluster_token();
   CHECK(fresh.size() == 64);
   CHECK(fresh != generate_cluster_token());
+}
+
+TEST_CASE("cluster token: a symbolic link is followed, and the checks apply to the file read") {
+  // A Kubernetes Secret volume: token -> ..data/token, ..data -> ..2026_.../
+  const temporary_directory folder("tcp_handshake");
+  const auto version = folder.path() / "..2026_01_01_00_00_00.123456789";
+  std::filesystem::create_directory(version);
+  const auto target = version / "token";
+  { std::ofstream{target} << "0123456789abcdef0123\n"; }
+  std::filesystem::create_directory_symlink(version.filename(), folder.path() / "..data");
+  const auto link = folder.path() / "token";
+  std::filesystem::create_symlink("..data/token", link);
+
+  ::chmod(target.c_str(), 0600);
+  CHECK(read_token_file(link) == token_of("0123456789abcdef0123"));
+  ::chmod(target.c_str(), 0400); // a Secret's defaultMode: 0400
+  CHECK(load_cluster_token({{"LOCKSTEP_CLUSTER_TOKEN_FILE", link.string()}})
+        == token_of("0123456789abcdef0123"));
+  ::chmod(target.c_str(), 0644); // a Secret's default mode
+  CHECK(contains(error_of<value_error>([&] { read_token_file(link); }),
+                 "may be read or written by others (mode 0644): chmod 600"));
+  std::filesystem::remove(target);
+  CHECK(contains(error_of<value_error>([&] { read_token_file(link); }), "cannot be opened"));
+}
+
+TEST_CASE("cluster token: a FIFO, a link to one, a device, a socket or a directory is refused "
+          "without blocking") {
+  const temporary_directory folder("tcp_handshake");
+  const special_files files(folder.path());
+  for (const auto& file : files.all()) {
+    CAPTURE(file.path);
+    // A FIFO without a writer would block a plain open: the child's alarm
+    // turns that into a failure instead of a hang.
+    const auto result = run_in_bounded_child(10, [&] {
+      return message_of<value_error>([&] { read_token_file(file.path); });
+    });
+    CHECK_MESSAGE(exited_with(result, 0), describe_end(result));
+    CHECK(contains(result.report, "is " + file.type + ", not a regular file"));
+  }
 }
 
 TEST_CASE("a cluster across hosts needs a token; one host does not") {

@@ -16,13 +16,18 @@
 //      evaluator is outside the group; `ps` and `sparseCluster` refused);
 //   4. torchrun / PyTorchJob: RANK, WORLD_SIZE, MASTER_ADDR (and
 //      MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID,
-//      TORCHELASTIC_RESTART_COUNT);
+//      TORCHELASTIC_RESTART_COUNT); the coordinator is MASTER_ADDR:MASTER_PORT,
+//      or MASTER_PORT + 1 when TORCHELASTIC_USE_AGENT_STORE is "True"
+//      (torchrun's store holds MASTER_PORT; 65535 then needs an override);
+//      a run id of "none" (torchrun's default) counts as unset;
 //   5. Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (it
 //      names no coordinator: give one with an option or LOCKSTEP_COORDINATOR);
 //   6. Slurm: SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST
 //      (compressed host lists such as `gpu[01-04,7]`), SLURM_STEP_TASKS_PER_NODE
-//      (`2(x3),1`), SLURM_JOB_ID, SLURM_RESTART_COUNT; workers listen on
-//      port_base + local rank;
+//      (`2(x3),1`), SLURM_JOB_ID, SLURM_RESTART_COUNT; a worker listens on
+//      its local rank's port of SLURM_STEP_RESV_PORTS (`srun --resv-ports`,
+//      `12000-12003`) when set, else on port_base + local rank, and the
+//      coordinator is the first host's first port;
 //   7. none of these: one process, no network.
 //
 // The first of 3-6 that is present gives the cluster; 1 and 2 override its
@@ -105,7 +110,8 @@ struct cluster_options {
   std::optional<std::string> listen;      // "host:port"
   std::optional<std::string> job_id;
   std::optional<std::uint64_t> generation;
-  /// Slurm: the port of local rank 0 on every host (TF's default 8888).
+  /// Slurm: the port of local rank 0 on every host (TF's default 8888),
+  /// unless the step reserved ports (SLURM_STEP_RESV_PORTS).
   std::uint16_t slurm_port_base = 8888;
 };
 

@@ -141,7 +141,10 @@ cluster_spec finish(cluster_fields fields) {
     throw value_error(prefix + "a world of " + std::to_string(spec.world_size)
                       + " workers needs the coordinator's address (rank 0's host:port), and "
                       + fields.source
-                      + " names none: set LOCKSTEP_COORDINATOR or cluster_options::coordinator");
+                      + (fields.coordinator_absent.empty() ? " names none"
+                                                           : " gives none: "
+                                                               + fields.coordinator_absent)
+                      + ": set LOCKSTEP_COORDINATOR or cluster_options::coordinator");
   if (fields.listen.value)
     spec.listen = *fields.listen.value;
   else if (spec.rank == 0 && spec.coordinator) // rank 0 is the coordinator
@@ -227,11 +230,13 @@ cluster_resolver::cluster_resolver(const cluster_options& options, const environ
   }
   overlay(*base, lockstep_variables);
   overlay(*base, explicit_options);
+  const auto coordinator_from = base->coordinator.from;
   spec_ = finish(std::move(*base));
   LOCKSTEP_LOG_INFO(
-    "cluster from {}: rank {} of {} (local {} of {}), coordinator {}, job {}, generation {}",
+    "cluster from {}: rank {} of {} (local {} of {}), coordinator {}, job {}, generation {}{}",
     spec_.source, spec_.rank, spec_.world_size, spec_.local_rank, spec_.local_world_size,
-    spec_.coordinator ? spec_.coordinator->to_string() : "none", spec_.job_id, spec_.generation);
+    spec_.coordinator ? spec_.coordinator->to_string() : "none", spec_.job_id, spec_.generation,
+    spec_.coordinator ? "; coordinator from " + coordinator_from : std::string());
 }
 
 cluster_resolver::environment cluster_resolver::process_environment() {

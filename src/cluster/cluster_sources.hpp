@@ -38,6 +38,9 @@ struct cluster_fields {
   sourced<std::size_t> local_rank;
   sourced<std::size_t> local_world_size;
   sourced<network_address> coordinator;
+  /// Why the source gives no coordinator although it would name one (for
+  /// the error when none is set over it); empty when it names none at all.
+  std::string coordinator_absent;
   sourced<network_address> listen;
   std::vector<network_address> peers; // by rank; empty when not listed
   std::string task_type;

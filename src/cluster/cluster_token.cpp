@@ -2,6 +2,7 @@
 
 #include "cluster/cluster_sources.hpp"
 #include "io/file_descriptor.hpp"
+#include "io/regular_file.hpp"
 #include "runtime/error_text.hpp"
 #include "transport/tcp/handshake.hpp"
 
@@ -40,12 +41,28 @@ bool is_loopback(const std::string& host) {
 
 cluster_token read_token_file(const std::filesystem::path& path) {
   const auto name = "cluster token file " + in_quotes(path);
-  const file_descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  const auto not_regular = [&](const struct stat& status) {
+    return value_error(name + " is " + describe_file_type(status.st_mode) + ", not a regular file");
+  };
+  // Symbolic links are followed: a Kubernetes Secret volume gives token ->
+  // ..data/token -> ..2026_.../token. What keeps the token secret is the
+  // file actually read, so the type, mode and owner checks apply to the
+  // opened file (fstat), not to the path: neither a link nor a swap between
+  // a check and the open can show them one file and hand the read another.
+  // A device is refused by its type before it is opened (opening one can
+  // have effects); O_NONBLOCK makes a FIFO open at once, to be refused,
+  // instead of waiting for a writer (it does not change a regular file's
+  // reads).
+  struct stat status{};
+  if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode))
+    throw not_regular(status);
+  const file_descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
   if (file.get() < 0)
     throw value_error(name + " cannot be opened: " + std::strerror(errno));
-  struct stat status{};
-  if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode))
-    throw value_error(name + " is not a regular file");
+  if (::fstat(file.get(), &status) != 0)
+    throw value_error(name + " cannot be examined: " + std::strerror(errno));
+  if (!S_ISREG(status.st_mode))
+    throw not_regular(status);
   if ((status.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));

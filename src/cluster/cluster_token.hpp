@@ -19,10 +19,13 @@ namespace lockstep::detail {
 using cluster_token = std::vector<std::uint8_t>;
 
 /// The token of `variables`: the file LOCKSTEP_CLUSTER_TOKEN_FILE names, else
-/// LOCKSTEP_CLUSTER_TOKEN, else nothing. value_error (naming the variable
-/// or file) for a file others may read or write, one not owned by this
-/// user, one that cannot be read, or a token shorter than 16 bytes
-/// (trailing whitespace, such as a file's newline, is not part of it).
+/// LOCKSTEP_CLUSTER_TOKEN, else nothing. The file's path may be a symbolic
+/// link (a Kubernetes Secret volume's is); the checks apply to the file
+/// read. value_error (naming the variable or file) for a file others may
+/// read or write, one not owned by this user, one that is not a regular
+/// file (refused without blocking on a FIFO), one that cannot be read, or
+/// a token shorter than 16 bytes (trailing whitespace, such as a file's
+/// newline, is not part of it).
 std::optional<cluster_token> load_cluster_token(const cluster_resolver::environment& variables);
 
 /// The token in `path`, checked as load_cluster_token says.

@@ -34,14 +34,30 @@ std::optional<cluster_fields> from_torchrun(const environment& env) {
   fields.world_size.set(*world, "WORLD_SIZE");
   take_count(fields.local_rank, env, "LOCAL_RANK");
   take_count(fields.local_world_size, env, "LOCAL_WORLD_SIZE");
-  const auto coordinator = std::string(*master) + ":" + std::string(*port);
-  fields.coordinator.set(network_address::parse(coordinator, "MASTER_ADDR:MASTER_PORT"),
-                         "MASTER_ADDR");
+  const auto master_address = std::string(*master) + ":" + std::string(*port);
+  auto coordinator = network_address::parse(master_address, "MASTER_ADDR:MASTER_PORT");
+  // Under torchrun the agent's TCPStore listens on MASTER_PORT on the master
+  // host for the workers' whole life (TORCHELASTIC_USE_AGENT_STORE=True),
+  // so lockstep's coordinator takes the next port. A PyTorchJob pod without
+  // torchrun has no such store and keeps MASTER_PORT.
+  if (variable(env, "TORCHELASTIC_USE_AGENT_STORE") == "True") {
+    if (coordinator.port == 65535)
+      fields.coordinator_absent = "MASTER_PORT 65535 is torchrun's store's "
+                                  "(TORCHELASTIC_USE_AGENT_STORE=True) and lockstep's "
+                                  "coordinator takes the next port, which does not exist";
+    else
+      fields.coordinator.set({coordinator.host, static_cast<std::uint16_t>(coordinator.port + 1)},
+                             "MASTER_PORT + 1: torchrun's store holds MASTER_PORT");
+  } else {
+    fields.coordinator.set(std::move(coordinator), "MASTER_ADDR");
+  }
   take_count(fields.generation, env, "TORCHELASTIC_RESTART_COUNT");
-  if (const auto run = variable(env, "TORCHELASTIC_RUN_ID"))
+  // torchrun's --rdzv-id defaults to "none": every such job would share one id.
+  const auto run = variable(env, "TORCHELASTIC_RUN_ID");
+  if (run && *run != "none")
     fields.job_id.set("torch-" + std::string(*run), "TORCHELASTIC_RUN_ID");
   else
-    fields.job_id.set(derived_job_id("torch", coordinator), "MASTER_ADDR");
+    fields.job_id.set(derived_job_id("torch", master_address), "MASTER_ADDR");
   return fields;
 }
 

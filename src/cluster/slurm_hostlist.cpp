@@ -122,4 +122,23 @@ std::vector<std::size_t> expand_tasks_per_node(std::string_view list, std::strin
   return tasks;
 }
 
+std::vector<std::uint16_t> expand_port_list(std::string_view list, std::string_view what) {
+  std::vector<std::uint16_t> ports;
+  for (const auto item : top_level_items(list, what)) {
+    const auto dash = item.find('-');
+    const auto low = parse_count(item.substr(0, dash), what);
+    const auto high =
+      dash == std::string_view::npos ? low : parse_count(item.substr(dash + 1), what);
+    if (high < low)
+      malformed(what, list, "a descending range " + std::string(item));
+    if (low == 0 || high > 65535)
+      malformed(what, list, std::string(item) + " is not within the ports 1 to 65535");
+    if (ports.size() + (high - low) >= 65535)
+      malformed(what, list, "more than 65535 ports");
+    for (auto port = low; port <= high; ++port)
+      ports.push_back(static_cast<std::uint16_t>(port));
+  }
+  return ports;
+}
+
 } // namespace lockstep::detail

@@ -4,6 +4,7 @@
 // SLURM_STEP_TASKS_PER_NODE.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,12 @@ std::vector<std::string> expand_hostlist(std::string_view list, std::string_view
 
 /// "2(x3),1" -> 2 2 2 1. value_error (naming `what`) on anything else.
 std::vector<std::size_t> expand_tasks_per_node(std::string_view list, std::string_view what);
+
+/// "12000-12002,12005" -> 12000 12001 12002 12005: the ports of `srun
+/// --resv-ports` as SLURM_STEP_RESV_PORTS lists them (Slurm writes its
+/// ranged list without brackets). value_error (naming `what`) on anything
+/// else, a descending range, or a port outside 1 to 65535.
+std::vector<std::uint16_t> expand_port_list(std::string_view list, std::string_view what);
 
 /// The most hosts a list may expand to.
 inline constexpr std::size_t max_hosts = 1 << 20;

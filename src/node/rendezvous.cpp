@@ -187,11 +187,10 @@ rendezvous_result join_rendezvous(asio::io_context& context, const rendezvous_se
                       + " has no coordinator address");
   const auto deadline = io_clock::now() + settings.join_timeout;
   const auto coordinator = spec.coordinator->to_string();
-  const auto endpoint = resolve_endpoint(context, spec.coordinator->host, spec.coordinator->port,
-                                         "the coordinator address");
   rendezvous_result result;
   auto& socket = result.control.emplace_back(context);
-  dial(socket, endpoint, "the coordinator at " + coordinator, deadline);
+  dial_host(socket, *spec.coordinator, "the coordinator", deadline,
+            settings.resolve ? settings.resolve : system_resolver());
   socket.set_option(asio::ip::tcp::no_delay(true));
   authenticate_client(socket, settings.token, identity_of(settings), coordinator,
                       step_deadline(deadline));

@@ -16,6 +16,7 @@
 // No CAF actor system: the messages go through CAF's serialiser only.
 
 #include "actors/wire_messages.hpp"
+#include "transport/tcp/dial_host.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
 
@@ -43,6 +44,9 @@ struct rendezvous_settings {
   /// (rank 0: the coordinator's host).
   network_address data_address;
   std::chrono::milliseconds join_timeout{std::chrono::seconds{300}};
+  /// How another rank looks up the coordinator's host; empty: the system's
+  /// resolver. A seam for tests.
+  host_resolver resolve;
 };
 
 struct rendezvous_result {
@@ -58,9 +62,12 @@ struct rendezvous_result {
 rendezvous_result coordinate_rendezvous(boost::asio::ip::tcp::acceptor& acceptor,
                                         const rendezvous_settings& settings);
 
-/// Another rank's side: dials the coordinator (retrying until the join
-/// timeout), joins and waits for the membership. Throws the coordinator's
-/// refusal (value_error), authentication_error, or timeout_error.
+/// Another rank's side: dials the coordinator, looking its host up again
+/// and trying each of its addresses on every round until the join timeout
+/// (dial_host.hpp), joins and waits for the membership. Throws the
+/// coordinator's refusal (value_error), authentication_error, or
+/// timeout_error (naming the coordinator's address and the last reason
+/// when it never accepted a connection).
 rendezvous_result join_rendezvous(boost::asio::io_context& context,
                                   const rendezvous_settings& settings);
 

@@ -6,6 +6,7 @@
 #include <boost/asio/error.hpp>
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -56,20 +57,54 @@ std::size_t moved_or_closed(std::size_t moved, const boost::system::error_code& 
   return moved;
 }
 
+boost::system::error_code connect_before(tcp_socket& socket,
+                                         const boost::asio::ip::tcp::endpoint& address,
+                                         io_clock::time_point deadline) {
+  boost::system::error_code error;
+  socket.close(error);
+  socket.open(address.protocol(), error);
+  if (!error)
+    socket.native_non_blocking(true, error);
+  if (error)
+    return error;
+  // Asio's own connect waits without a limit even on a non-blocking
+  // socket, so the wait is poll(2)'s.
+  if (::connect(socket.native_handle(), address.data(), address.size()) != 0) {
+    if (errno != EINPROGRESS && errno != EINTR) {
+      error.assign(errno, boost::system::system_category());
+    } else {
+      pollfd entry{socket.native_handle(), POLLOUT, 0};
+      if (!poll_until({&entry, 1}, deadline)) {
+        error = boost::asio::error::timed_out;
+      } else {
+        int status = 0;
+        socklen_t size = sizeof status;
+        if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &status, &size) != 0)
+          status = errno;
+        if (status != 0)
+          error.assign(status, boost::system::system_category());
+      }
+    }
+  }
+  if (!error)
+    socket.native_non_blocking(false, error);
+  if (error)
+    socket.close();
+  return error;
+}
+
 void dial(tcp_socket& socket, const boost::asio::ip::tcp::endpoint& address,
           std::string_view peer, io_clock::time_point deadline) {
-  auto pause = std::chrono::milliseconds{10};
+  auto pause = first_dial_pause;
   for (;;) {
-    boost::system::error_code error;
-    socket.connect(address, error);
+    const auto error = connect_before(socket, address, deadline);
     if (!error)
       return;
-    socket.close();
     if (io_clock::now() + pause >= deadline)
       throw timeout_error(std::string(peer) + " did not accept a connection before the deadline ("
                           + error.message() + ")");
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds{1000});
+    pause = std::min(pause * 2, longest_dial_pause);
   }
 }
 

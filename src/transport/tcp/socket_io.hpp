@@ -40,10 +40,23 @@ bool poll_until(std::span<pollfd> fds, io_clock::time_point deadline);
 std::size_t moved_or_closed(std::size_t moved, const boost::system::error_code& error,
                             std::string_view peer);
 
-/// Connects `socket` to `address`, retrying with a growing pause (10 ms
-/// to 1 s) while nobody listens there yet, until the deadline. Throws
+/// One attempt to connect `socket` (opened afresh) to `address`, waiting
+/// for the answer at most until `deadline` (a host that drops the SYN
+/// would hold a blocking connect for minutes). Returns the reason it
+/// failed (timed_out at the deadline), the socket closed; nothing on
+/// success, the socket connected and in blocking mode.
+boost::system::error_code connect_before(tcp_socket& socket,
+                                         const boost::asio::ip::tcp::endpoint& address,
+                                         io_clock::time_point deadline);
+
+/// The growing pause between attempts to connect: 10 ms, doubled up to 1 s.
+inline constexpr std::chrono::milliseconds first_dial_pause{10};
+inline constexpr std::chrono::milliseconds longest_dial_pause{1000};
+
+/// Connects `socket` to `address`, retrying with a growing pause while
+/// nobody listens there yet, until the deadline. Throws
 /// lockstep::timeout_error naming `peer` (e.g. "worker 2 at
-/// 10.0.0.2:8888") when the deadline passes first.
+/// 10.0.0.2:8888") and the last reason when the deadline passes first.
 void dial(tcp_socket& socket, const boost::asio::ip::tcp::endpoint& address,
           std::string_view peer, io_clock::time_point deadline);
 

@@ -1,0 +1,96 @@
+#include "transport/tcp/dial_host.hpp"
+
+#include "runtime/log.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+
+#include <algorithm>
+#include <exception>
+#include <future>
+#include <memory>
+#include <thread>
+
+namespace lockstep::detail {
+
+namespace {
+
+/// getaddrinfo, through Asio, waiting as long as it takes.
+host_addresses lookup(const std::string& host, std::uint16_t port) {
+  boost::asio::io_context context;
+  boost::asio::ip::tcp::resolver resolver(context);
+  boost::system::error_code error;
+  const auto results = resolver.resolve(host, std::to_string(port), error);
+  host_addresses found;
+  if (error) {
+    found.error = "cannot resolve '" + host + "': " + error.message();
+    return found;
+  }
+  for (const auto& entry : results)
+    found.endpoints.push_back(entry.endpoint());
+  if (found.endpoints.empty())
+    found.error = "'" + host + "' resolves to no address";
+  return found;
+}
+
+std::string text_of(const boost::asio::ip::tcp::endpoint& endpoint) {
+  return network_address{endpoint.address().to_string(), endpoint.port()}.to_string();
+}
+
+} // namespace
+
+host_resolver system_resolver() {
+  auto pending = std::make_shared<std::shared_future<host_addresses>>();
+  return [pending](const std::string& host, std::uint16_t port, io_clock::time_point deadline) {
+    boost::system::error_code not_an_address;
+    const auto address = boost::asio::ip::make_address(host, not_an_address);
+    if (!not_an_address)
+      return host_addresses{{{address, port}}, {}};
+    if (!pending->valid()) {
+      std::promise<host_addresses> promise;
+      *pending = promise.get_future().share();
+      std::thread([promise = std::move(promise), host, port]() mutable {
+        try {
+          promise.set_value(lookup(host, port));
+        } catch (...) {
+          promise.set_exception(std::current_exception());
+        }
+      }).detach();
+    }
+    if (pending->wait_until(deadline) != std::future_status::ready)
+      return host_addresses{{}, "looking up '" + host + "' did not finish"};
+    auto found = pending->get();
+    *pending = {};
+    return found;
+  };
+}
+
+void dial_host(tcp_socket& socket, const network_address& address, std::string_view peer,
+               io_clock::time_point deadline, const host_resolver& resolve) {
+  const auto who = std::string(peer) + " at " + address.to_string();
+  auto pause = first_dial_pause;
+  std::string reason;
+  for (bool first_round = true;; first_round = false) {
+    const auto found = resolve(address.host, address.port, deadline);
+    if (found.endpoints.empty())
+      reason = found.error;
+    for (const auto& endpoint : found.endpoints) {
+      const auto error = connect_before(
+        socket, endpoint, std::min(deadline, io_clock::now() + address_attempt_timeout));
+      if (!error)
+        return;
+      reason = text_of(endpoint) + ": " + error.message();
+    }
+    if (first_round)
+      LOCKSTEP_LOG_INFO("dialing {}: {}; retrying until the deadline", who, reason);
+    if (io_clock::now() + pause >= deadline)
+      throw timeout_error(who + " did not accept a connection before the deadline (last: "
+                          + reason + ")");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, longest_dial_pause);
+  }
+}
+
+} // namespace lockstep::detail

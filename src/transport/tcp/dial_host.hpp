@@ -1,0 +1,55 @@
+#pragma once
+
+// Dialing a peer by host name until a deadline. A worker may start before
+// the name of the host it dials resolves (a Kubernetes service whose pod
+// has no address yet), and a name may resolve to several addresses (IPv6
+// and IPv4, several records), of which only some reach the peer: so the
+// name is looked up again on every round, and each of its addresses is
+// tried in turn. Every wait ends at the deadline.
+
+#include "transport/tcp/socket_io.hpp"
+
+#include "lockstep/cluster_resolver.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep::detail {
+
+/// What a host name resolves to: its addresses in the resolver's order, or
+/// none and why.
+struct host_addresses {
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints;
+  std::string error;
+};
+
+/// Looks up `host` with `port`, waiting at most until the deadline. A seam:
+/// tests give one whose names resolve late, or to addresses they choose.
+using host_resolver = std::function<host_addresses(
+  const std::string& host, std::uint16_t port, io_clock::time_point deadline)>;
+
+/// The system's resolver (getaddrinfo). Each lookup runs on a thread of its
+/// own, so the caller's wait ends at its deadline even when no DNS server
+/// answers (getaddrinfo's only limits are resolv.conf's); a lookup still
+/// running then finishes alone, and the resolver's next call waits for it
+/// instead of starting another. For one caller at a time.
+host_resolver system_resolver();
+
+/// How long one address may take to answer before the next one is tried
+/// (a refusal answers at once; a host that drops the SYN never does).
+inline constexpr std::chrono::seconds address_attempt_timeout{5};
+
+/// Connects `socket` to `address`: every round looks its host up with
+/// `resolve` and tries each address it gives, in order, until one accepts;
+/// rounds repeat with a growing pause (10 ms to 1 s) until the deadline.
+/// Throws lockstep::timeout_error naming `peer`, the address and the last
+/// reason (the lookup's error or the last address's) at the deadline.
+void dial_host(tcp_socket& socket, const network_address& address, std::string_view peer,
+               io_clock::time_point deadline, const host_resolver& resolve = system_resolver());
+
+} // namespace lockstep::detail
