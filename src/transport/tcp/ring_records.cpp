@@ -15,6 +15,7 @@ namespace lockstep::detail {
 namespace {
 
 constexpr std::size_t header_bytes = 16; // frame length, meta length
+constexpr std::size_t payload_alignment = 16;
 
 // -- the meta on the wire ---------------------------------------------------------------
 
@@ -155,7 +156,11 @@ void ring_records::start(std::size_t rank, std::size_t world, const collective_f
     put_u64(out, static_cast<std::uint64_t>(value.kind));
     put_text(out, value.message);
   }
-  const auto meta = out.size() - header_bytes;
+  // The meta padded with zeros to a multiple of 16, so that the payload
+  // starts as aligned as the frame's buffer (new[]'s 16 bytes): ranks
+  // combine it in place, element by element.
+  const auto meta = (out.size() - header_bytes + payload_alignment - 1) / payload_alignment
+                    * payload_alignment;
   out.resize(header_bytes + meta + payload.size());
   if (!payload.empty())
     std::memcpy(out.data() + header_bytes + meta, payload.data(), payload.size());
