@@ -51,6 +51,8 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "peer_common.hpp"
+
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -99,22 +101,6 @@ long long parse_positive(const std::string& flag, const std::string& text) {
   return value;
 }
 
-std::vector<std::size_t> parse_sizes(const std::string& text) {
-  std::vector<std::size_t> sizes;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const auto end = std::min(text.find(',', begin), text.size());
-    const auto item = text.substr(begin, end - begin);
-    const auto value = static_cast<std::size_t>(parse_positive("--sizes", item));
-    // AllreduceHalvingDoubling counts elements in an int.
-    if (value % sizeof(float) != 0 || value / sizeof(float) > INT32_MAX)
-      usage_error("--sizes: '" + item + "' is not a multiple of 4 bytes below 8 GiB");
-    sizes.push_back(value);
-    begin = end + 1;
-  }
-  return sizes;
-}
-
 options parse(int argc, char** argv) {
   options opts;
   for (int i = 1; i < argc; ++i) {
@@ -127,7 +113,8 @@ options parse(int argc, char** argv) {
     else if (flag == "--algorithm")
       opts.algorithm = value;
     else if (flag == "--sizes")
-      opts.sizes = parse_sizes(value);
+      // AllreduceHalvingDoubling counts elements in an int.
+      opts.sizes = peers::parse_sizes(value, std::size_t{INT32_MAX} * sizeof(float), usage_error);
     else if (flag == "--reps")
       opts.reps = static_cast<int>(std::min(parse_positive(flag, value), 1000LL));
     else if (flag == "--target-ms")
@@ -222,14 +209,9 @@ std::function<void()> make_all_reduce(const std::string& algorithm, rank_context
 /// Checks one all-reduce of known values; the number of wrong elements.
 std::size_t check_once(const std::function<void()>& all_reduce, std::vector<float>& buffer,
                        int rank, int ranks) {
-  for (std::size_t i = 0; i < buffer.size(); ++i)
-    buffer[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 7 + 1));
+  peers::fill_known(buffer, rank);
   all_reduce();
-  const int triangle = ranks * (ranks + 1) / 2;
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < buffer.size(); ++i)
-    wrong += buffer[i] != static_cast<float>(triangle * static_cast<int>(i % 7 + 1));
-  return wrong;
+  return peers::count_wrong(buffer, ranks);
 }
 
 /// Runs rank `rank`'s part of the benchmark; its exit status.

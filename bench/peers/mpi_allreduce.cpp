@@ -22,6 +22,8 @@
 
 #include <mpi.h>
 
+#include "peer_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,22 +50,6 @@ struct options {
   std::exit(2);
 }
 
-std::vector<std::size_t> parse_sizes(const std::string& text) {
-  std::vector<std::size_t> sizes;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const auto end = std::min(text.find(',', begin), text.size());
-    const auto item = text.substr(begin, end - begin);
-    char* rest = nullptr;
-    const auto value = std::strtoull(item.c_str(), &rest, 10);
-    if (item.empty() || *rest != '\0' || value == 0 || value % sizeof(float) != 0)
-      usage_error("--sizes: '" + item + "' is not a positive multiple of 4 bytes");
-    sizes.push_back(value);
-    begin = end + 1;
-  }
-  return sizes;
-}
-
 options parse(int argc, char** argv) {
   options opts;
   for (int i = 1; i < argc; ++i) {
@@ -74,7 +60,7 @@ options parse(int argc, char** argv) {
     if (flag == "--variant")
       opts.variant = value;
     else if (flag == "--sizes")
-      opts.sizes = parse_sizes(value);
+      opts.sizes = peers::parse_sizes(value, SIZE_MAX, usage_error);
     else if (flag == "--reps")
       opts.reps = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--target-ms")
@@ -92,15 +78,10 @@ double seconds_now() {
 
 /// Checks one all-reduce of known values; the number of wrong elements.
 std::size_t check_once(std::vector<float>& buffer, int rank, int ranks) {
-  for (std::size_t i = 0; i < buffer.size(); ++i)
-    buffer[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 7 + 1));
+  peers::fill_known(buffer, rank);
   MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT,
                 MPI_SUM, MPI_COMM_WORLD);
-  const int triangle = ranks * (ranks + 1) / 2;
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < buffer.size(); ++i)
-    wrong += buffer[i] != static_cast<float>(triangle * static_cast<int>(i % 7 + 1));
-  return wrong;
+  return peers::count_wrong(buffer, ranks);
 }
 
 } // namespace
