@@ -19,18 +19,9 @@ constexpr std::size_t payload_alignment = 16;
 
 // -- the meta on the wire ---------------------------------------------------------------
 
-void put_u64(bytes& out, std::uint64_t value) {
-  append_le(out, value);
-}
-
-void put_text(bytes& out, const std::string& text) {
-  put_u64(out, text.size());
-  out.insert(out.end(), text.begin(), text.end());
-}
-
-/// The fingerprint's fields, written at `at` (each text as its length,
-/// then its bytes); fingerprint_bytes(f) of them.
-struct fingerprint_writer {
+/// Fields written at `at`, which has room for them: numbers as 8 bytes,
+/// each text as its length, then its bytes.
+struct field_writer {
   std::uint8_t* at;
 
   void u64(std::uint64_t value) {
@@ -62,7 +53,7 @@ struct fingerprint_writer {
   }
 };
 
-/// What fingerprint_writer writes for `f`: 14 numbers, the dimensions and
+/// What field_writer::fingerprint writes for `f`: 14 numbers, the dimensions and
 /// the three texts.
 std::size_t fingerprint_bytes(const collective_fingerprint& f) {
   return 8 * (14 + f.shape.size()) + f.op.size() + f.reduction.size() + f.tag.size();
@@ -147,14 +138,17 @@ void ring_records::start(std::size_t rank, std::size_t world, const collective_f
   // (the usual case) is neither reallocated nor zeroed again.
   const auto fields = fingerprint_bytes(mine);
   out.resize(header_bytes + fields + 8);
-  if (fingerprint_writer{out.data() + header_bytes}.fingerprint(mine)
+  if (field_writer{out.data() + header_bytes}.fingerprint(mine)
       != out.data() + header_bytes + fields)
-    throw std::logic_error("ring_records: fingerprint_bytes disagrees with fingerprint_writer");
+    throw std::logic_error("ring_records: fingerprint_bytes disagrees with field_writer");
   store_le(out.data() + header_bytes + fields, std::uint64_t{failed_ ? 1u : 0u});
   if (failed_) {
     const auto value = to_error_value(failure);
-    put_u64(out, static_cast<std::uint64_t>(value.kind));
-    put_text(out, value.message);
+    const auto at = out.size();
+    out.resize(at + 16 + value.message.size());
+    field_writer failed{out.data() + at};
+    failed.u64(static_cast<std::uint64_t>(value.kind));
+    failed.text(value.message);
   }
   // The meta padded with zeros to a multiple of 16, so that the payload
   // starts as aligned as the frame's buffer (new[]'s 16 bytes): ranks
