@@ -60,6 +60,21 @@ void keep_ahead(ring_links& links, std::span<const std::uint8_t> early) {
   links.ahead_at = 0;
 }
 
+/// Polls `fds` without sleeping for up to `budget`; true once one is ready.
+/// A zero-timeout poll(2) reads the sockets' state without taking their
+/// locks, where a retried send or receive would lock the socket that the
+/// peer's send is delivering into (on loopback, from the peer's CPU).
+bool spin_until_ready(std::span<pollfd> fds, std::chrono::microseconds budget) {
+  if (budget.count() <= 0)
+    return false;
+  const auto until = io_clock::now() + budget;
+  do {
+    if (::poll(fds.data(), fds.size(), 0) > 0)
+      return true;
+  } while (io_clock::now() < until);
+  return false;
+}
+
 /// The loop of exchange() and exchange_frame(): sends `out` while it
 /// receives into `in`; after each read, `arrived(received)` returns the
 /// buffer to go on with (exchange_frame's grows once the length is in).
@@ -74,7 +89,6 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
   std::size_t sent = 0;
   std::size_t received = 0;
   const auto budget = links.spin_budget();
-  auto idle_since = io_clock::time_point{};
   while (sent < out.size() || received < in.size()) {
     std::size_t moved = 0;
     if (sent < out.size()) {
@@ -88,20 +102,13 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
         in = arrived(received += n);
       moved += n;
     }
-    if (moved > 0) {
-      idle_since = {};
+    if (moved > 0)
       continue;
-    }
-    if (budget.count() > 0) {
-      const auto now = io_clock::now();
-      if (idle_since == io_clock::time_point{})
-        idle_since = now;
-      if (now - idle_since < budget)
-        continue;
-    }
     pollfd fds[2] = {
       {links.next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
       {links.prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
+    if (spin_until_ready(fds, budget))
+      continue;
     if (!poll_until(fds, deadline))
       throw timeout_error(received < in.size()
                             ? "no data came from " + worker(links.prev_rank())
