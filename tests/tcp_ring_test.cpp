@@ -111,8 +111,10 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
     loopback_ring workers(world);
     // 0, 1, not divisible by the world, and (for more than one worker) the
     // segmented path with uneven segments, in one chunk and in several
-    // (ring_chunk_bytes).
-    const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003, 200'003};
+    // (ring_chunk_bytes); world * 65'536 + 1 four-byte elements give one
+    // segment a chunk more than the others, so the interleaved last step
+    // meets segments of different chunk counts.
+    const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003, 200'003, world * 65'536 + 1};
     workers.run([&](ring_links& links) {
       ring_records records; // as a communicator keeps them, across collectives
       std::uint64_t seq = 0;

@@ -6,6 +6,7 @@
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -57,7 +58,12 @@ void all_reduce_by_gather(ring_links& links, reduce_op op, dtype type,
     combine(op, type, data.data(), blocks.data() + r * size, size);
 }
 
-/// Reduce-scatter, then all-gather, over `world` segments.
+/// Reduce-scatter, then all-gather, over `world` segments. In the last
+/// reduce-scatter step each chunk of this rank's segment is final once
+/// combined, so it goes on to the next rank at once, as the all-gather's
+/// first step, while it is still in cache; every rank's stream interleaves
+/// the two steps chunk by chunk in the same order, so each rank knows what
+/// comes next.
 void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
                         io_clock::time_point deadline) {
   const auto world = links.world;
@@ -69,30 +75,40 @@ void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<s
     const auto end = (s + 1) * elements / world * element;
     return data.subspan(begin, end - begin);
   };
+  const auto part = [](std::span<std::uint8_t> span, std::size_t at, std::size_t chunk) {
+    return at < span.size() ? span.subspan(at, std::min(chunk, span.size() - at))
+                            : span.subspan(0, 0);
+  };
   // Received data is combined chunk by chunk through a scratch block that
   // stays in L2 (network.md §1.7); a segment-sized block would also be a
   // fresh mmap on every call beyond malloc's 32 MiB threshold, page faults
   // included (64 MiB all-reduces ran 16x slower than 32 MiB ones).
   const auto chunk = std::min(ring_chunk_bytes, (elements / world + 1) * element);
-  bytes scratch(chunk);
+  auto& scratch = links.scratch; // kept: a fresh one costs a memset and page faults per call
+  if (scratch.size() < chunk)
+    scratch.resize(chunk);
   const auto rank = links.rank + world; // so that rank - t - 2 stays positive
   for (std::size_t t = 0; t + 1 < world; ++t) {
+    const bool last = t + 2 == world;
     const auto out = segment(rank - t - 1);
-    const auto mine = segment(rank - t - 2);
-    for (std::size_t at = 0; at < std::max(out.size(), mine.size()); at += chunk) {
-      const auto sending = at < out.size() ? std::min(chunk, out.size() - at) : 0;
-      const auto receiving = at < mine.size() ? std::min(chunk, mine.size() - at) : 0;
-      links.exchange(out.subspan(at, sending), std::span(scratch).first(receiving), deadline);
-      combine(op, type, mine.data() + at, scratch.data(), receiving);
+    const auto mine = segment(rank - t - 2); // segment(rank) in the last step
+    const auto gathered = segment(rank - 1); // the all-gather's first receive
+    const auto chunks = std::max({out.size(), mine.size(), last ? gathered.size() : 0});
+    for (std::size_t at = 0; at < chunks; at += chunk) {
+      const auto received = part(mine, at, chunk);
+      links.exchange(part(out, at, chunk), std::span(scratch).first(received.size()), deadline);
+      combine(op, type, received.data(), scratch.data(), received.size());
       if (t == 0 && at == 0)
         fault_point("reduce-scatter");
+      if (!last)
+        continue;
+      links.exchange(received, part(gathered, at, chunk), deadline);
+      if (at == 0)
+        fault_point("all-gather");
     }
   }
-  for (std::size_t t = 0; t + 1 < world; ++t) {
+  for (std::size_t t = 1; t + 1 < world; ++t)
     links.exchange(segment(rank - t), segment(rank - t - 1), deadline);
-    if (t == 0)
-      fault_point("all-gather");
-  }
 }
 
 /// Passes every rank's frame around the ring (world - 1 hops): in step t

@@ -20,10 +20,13 @@
 // segment (r - t - 2) mod world from the previous one, combining it into
 // its own; after world - 1 steps rank r holds segment r reduced over all
 // ranks. All-gather: in step t rank r sends segment (r - t) mod world and
-// receives (r - t - 1) mod world into place. Each segment is summed in one
-// fixed ring order, which depends only on the world size and the segment,
-// never on timing, and every rank receives the same bits of every
-// segment. Each element crosses each link 2(world - 1)/world times.
+// receives (r - t - 1) mod world into place; its first step runs inside
+// the reduce-scatter's last, chunk by chunk, each chunk of segment r sent
+// on as soon as it is final (while it is in cache). Each segment is
+// summed in one fixed ring order, which depends only on the world size
+// and the segment, never on timing, and every rank receives the same bits
+// of every segment. Each element crosses each link 2(world - 1)/world
+// times.
 //
 // Small buffers take the all-gather path: when (world - 1) * bytes is at
 // most small_all_reduce_bytes, the ranks pass whole buffers around the

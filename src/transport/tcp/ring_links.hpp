@@ -69,6 +69,9 @@ struct ring_links {
   /// end, from `ahead_at` on: every receive takes these bytes first.
   bytes ahead;
   std::size_t ahead_at = 0;
+  /// The reduce-scatter's receive block (ring_collectives.cpp), kept
+  /// between calls.
+  bytes scratch;
 };
 
 /// Connects `links` (rank, world and two unconnected sockets on one
