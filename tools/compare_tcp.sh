@@ -31,7 +31,11 @@
 #               ctx.all_reduce calls inside one strategy.run; it first measures
 #               the loopback bound (two opposite TCP streams of 64 MiB messages,
 #               total payload rate P; algbw <= P / 2(W-1)).
-# The four take turns in every round, the order rotated by one each round.
+#   socket_floor  bench/peers/socket_floor.cpp, with 2 workers at 4 B only:
+#               the floor under any 4-byte all-reduce of 2 processes, one
+#               exchange of 4 bytes each way on plain non-blocking sockets
+#               (spinning on poll(2)), no framing, no reduction.
+# The five take turns in every round, the order rotated by one each round.
 # The peers get the same batch count and length as lockstep (5 batches of
 # ~300 ms; --quick 2 of ~50 ms). The lockstep binary and its library are
 # copied at the start, so a rebuild of build/ during the run changes nothing.
@@ -146,6 +150,7 @@ mpicxx -O3 -march=native -std=c++20 "$repo/bench/peers/mpi_allreduce.cpp" \
   -o "$work/mpi_allreduce"
 g++ -O3 -march=native -std=c++20 -pthread "$repo/bench/peers/gloo_allreduce.cpp" \
   -o "$work/gloo_allreduce" -lgloo
+g++ -O3 -march=native -std=c++20 "$repo/bench/peers/socket_floor.cpp" -o "$work/socket_floor"
 
 # -- runs -------------------------------------------------------------------------
 
@@ -189,13 +194,17 @@ run_arm() {
         launch "$1-$w" "$work/gloo_allreduce" --ranks "$w" --algorithm "${1#gloo_}" \
           "${peer_flags[@]}"
       done ;;
+    socket_floor)
+      [[ ",$workers," != *,2,* ]] \
+        || launch socket_floor-2 "$work/socket_floor" --sizes 4 --reps "$reps" \
+          --target-ms "$budget_ms" ;;
     lockstep)
       launch lockstep "$allreduce" --workers "$workers" --sizes "$sizes" --reps "$reps" \
         --budget-ms "$budget_ms" --json "$work/round-$round-lockstep.json" ;;
   esac
 }
 
-arms=(mpi_tcp gloo_ring gloo_halving_doubling lockstep)
+arms=(mpi_tcp gloo_ring gloo_halving_doubling socket_floor lockstep)
 start_s=$SECONDS
 for ((round = 1; round <= rounds; ++round)); do
   shift_by=$(((round - 1) % ${#arms[@]}))
@@ -227,13 +236,14 @@ sizes = [int(s) for s in sizes.split(",")]
 peers = ("mpi_tcp", "gloo_ring", "gloo_halving_doubling")
 names = {"mpi_tcp": "Open MPI TCP", "gloo_ring": "Gloo ring",
          "gloo_halving_doubling": "Gloo halving-doubling", "lockstep": "lockstep"}
+measured = (*peers, "socket_floor")
 median = statistics.median
 
 # per_round[impl][(world, bytes)] = [seconds in each round that has it]
-per_round = {impl: {} for impl in (*peers, "lockstep")}
+per_round = {impl: {} for impl in (*measured, "lockstep")}
 for path in sorted(glob.glob(f"{work}/round-*-*.out")):
     impl = re.match(r".*/round-\d+-(.*?)(-\d+)?\.out$", path).group(1)
-    if impl not in peers:
+    if impl not in measured:
         continue
     batches = {}
     for row in csv.reader(open(path)):
@@ -277,6 +287,8 @@ for w in worlds:
                "rounds": {impl: len(per_round[impl].get(key, [])) for impl in per_round},
                "best_gloo": best_gloo,
                "vs_mpi_tcp": vs("mpi_tcp"),
+               "vs_mpi_tcp_by_round": [m / l for m, l in zip(per_round["mpi_tcp"].get(key, []),
+                                                             per_round["lockstep"].get(key, []))],
                "vs_best_gloo": vs(best_gloo) if best_gloo else None,
                "bound_gbs": median(bound_total) / (2 * (w - 1)) if bound_total else None,
                "fraction_of_bound": median(of_bound[key]) if key in of_bound else None}
@@ -303,6 +315,16 @@ for row in rows:
     ratio = lambda x: "n/a" if x is None else f"{x:.2f}x"
     print(f"| {size(b)} | {row['workers']} | {' | '.join(cells)} | {ratio(row['vs_mpi_tcp'])} "
           f"| {ratio(row['vs_best_gloo'])} | {bound} |")
+
+floor_row = next((r for r in rows if r["workers"] == 2 and r["bytes"] == 4), None)
+if floor_row and floor_row["time_us"]["socket_floor"]:
+    t = floor_row["time_us"]
+    times = lambda impl: ", ".join(f"{s * 1e6:.2f}" for s in per_round[impl].get((2, 4), []))
+    floor_of = lambda impl: "n/a" if t[impl] is None else f"{t[impl] / t['socket_floor']:.2f}x"
+    print(f"\n4 B, 2 workers: the socket floor (one 4-byte exchange each way on plain sockets) "
+          f"is {number(t['socket_floor'])} us; lockstep takes {floor_of('lockstep')} of it, "
+          f"Open MPI TCP {floor_of('mpi_tcp')}. By round (us): lockstep {times('lockstep')}; "
+          f"Open MPI TCP {times('mpi_tcp')}; floor {times('socket_floor')}.")
 
 targets = []
 def target(what, measured, limit, at_least, unit):
@@ -356,6 +378,9 @@ if json_path:
                "algbw_gbs": "bytes / time, GB = 1e9 B",
                "vs": "the peer's time / lockstep's time: above 1, lockstep is faster",
                "best_gloo": "the faster of gloo_ring and gloo_halving_doubling at that size",
+               "vs_mpi_tcp_by_round": "Open MPI's time / lockstep's in each round, in round order",
+               "socket_floor": "4 B with 2 workers only: bench/peers/socket_floor.cpp, one "
+                               "4-byte exchange each way between 2 processes on plain sockets",
                "bound_gbs": "P / 2(W-1), P = the median over rounds of bench/allreduce's two "
                             "opposite loopback streams' total payload rate",
                "fraction_of_bound": "the median over rounds of lockstep's algbw / the bound "
