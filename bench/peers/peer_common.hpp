@@ -1,6 +1,6 @@
 #pragma once
 
-// What the peer programs (mpi_allreduce, gloo_allreduce) share: the
+// What the peer programs (mpi_allreduce, gloo_allreduce, socket_floor) share: the
 // --sizes list and the known values whose sum each checks exactly. Header
 // only: each program is built alone by its script, with its own compiler.
 
