@@ -7,6 +7,7 @@
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
+#include "runtime/timeline.hpp"
 #include "strategies/call_numbering.hpp"
 #include "strategies/thread_mode.hpp"
 
@@ -94,7 +95,8 @@ coordinator::coordinator(detail::strategy_state& state)
   : state_(state),
     system_(shared_actor_system()),
     context_(system_.get()),
-    busy_(state.devices.size(), 0) {
+    busy_(state.devices.size(), 0),
+    timeline_track_(detail::timeline_track(detail::track_kind::coordinator, 0)) {
   // Poll before sleeping only if every thread of the strategy has a core.
   const auto spin = detail::spin_budget(state.devices.size() + 1);
   caf::actor_config cfg{&context_};
@@ -311,6 +313,14 @@ void coordinator::merge(call& c) {
   try {
     detail::mode_guard mode{{&state_, nullptr}};
     auto self = state_.handle();
+    detail::timeline_scope span{timeline_track_, "merge_fn", "merge"};
+    if (span.active()) {
+      const auto at = detail::timeline_now();
+      for (std::size_t r = 0; r < c.requests.size(); ++r)
+        detail::timeline_flow(timeline_track_,
+                              detail::timeline_merge_flow(&state_, c.seq, c.requests[r].replica),
+                              false, at);
+    }
     slices = (*fn)(self, packs);
     check_not_busy(); // a nested run inside the merge function timed out
   } catch (...) {

@@ -97,6 +97,7 @@ private:
   /// Per replica: the top-level call it is still running after that call
   /// timed out (0: idle). Busy replicas make later calls fail fast.
   std::vector<std::uint64_t> busy_;
+  std::uint32_t timeline_track_; // the merge functions' row in the timeline
   std::uint64_t next_seq_ = 0;
   /// Replica messages taken from the mailbox so far (for its gather()).
   std::uint64_t taken_ = 0;

@@ -1,5 +1,7 @@
 #include "actors/input_actor.hpp"
 
+#include "runtime/timeline.hpp"
+
 #include "lockstep/error.hpp"
 
 #include <caf/actor_system.hpp>
@@ -26,10 +28,16 @@ bool prefetch_buffer::produce_one() {
   // produce_ while producing_ is set.
   std::shared_ptr<void> element;
   std::exception_ptr error;
-  try {
-    element = produce_();
-  } catch (...) {
-    error = std::current_exception();
+  {
+    const auto track = detail::timeline_on()
+                         ? detail::timeline_track(detail::track_kind::input, 1, "input actor")
+                         : 0;
+    detail::timeline_scope span{track, "produce", "input"};
+    try {
+      element = produce_();
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
   producer orphaned; // destroyed after unlocking
   bool more = false;

@@ -1,5 +1,6 @@
 #include "actors/replica_actor.hpp"
 
+#include "runtime/timeline.hpp"
 #include "strategies/call_numbering.hpp"
 #include "strategies/thread_mode.hpp"
 
@@ -18,6 +19,9 @@ replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
     coordinator_(std::move(coordinator)),
     state_(state),
     replica_(replica),
+    timeline_track_(detail::timeline_track(
+      detail::track_kind::replica,
+      static_cast<std::uint32_t>(state.topology.global_replica_id(replica)))),
     context_(detail::replica_context_access::make(state, replica, *this)) {}
 
 void replica_actor::act() {
@@ -89,6 +93,10 @@ std::any replica_actor::merge(std::any args,
   // it before it scatters the merge result.
   if (auto* creations = detail::current_replica_creations(); replica_ == 0 && creations)
     creations->rendezvous->set_first_replica_paused(true);
+  detail::timeline_scope waiting{timeline_track_, "merge_call wait", "merge"};
+  if (waiting.active())
+    detail::timeline_flow(timeline_track_, detail::timeline_merge_flow(&state_, seq, replica_),
+                          true, detail::timeline_now());
   send(coordinator_, merge_request{seq, replica_, std::move(args), std::move(fn)});
   // The coordinator's deadline decides stalls. This one, twice as long and
   // restarted by every message from the coordinator, only ends a wait for a

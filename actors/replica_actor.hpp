@@ -54,6 +54,7 @@ private:
   caf::actor coordinator_;
   detail::strategy_state& state_;
   std::size_t replica_;
+  std::uint32_t timeline_track_; // this replica's row in the timeline
   replica_context context_;
   /// The innermost call running on this thread and its deadline per pause.
   std::uint64_t current_seq_ = 0;

@@ -14,6 +14,12 @@
 // Targets (issue 5): with 1 replica, at least 0.9x the plain loop; with 2
 // replicas on 2 cores, at least 1.6x the 1-replica figure, at the same
 // global batch.
+//
+// The timeline's cost (issue 16): the main job's setting (--timeline-cost
+// N replicas, 10 steps per call) with runtime_options::timeline off and
+// on, in turn within each repetition (the order swapped every repetition);
+// the step time with it on over the step time with it off, per
+// repetition; target: the median of those paired ratios at most 1.03.
 
 #include "mlp.hpp"
 #include "optimizer.hpp"
@@ -25,9 +31,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -47,6 +56,9 @@ namespace {
 /// 1 replica at the same steps per call.
 constexpr double one_replica_target = 0.9;
 constexpr double two_replica_target = 1.6;
+/// Issue 16's: the step time with the timeline on over off.
+constexpr double timeline_cost_target = 1.03;
+constexpr std::size_t timeline_steps_per_call = 10;
 
 constexpr std::string_view usage = R"(usage: training [options]
   --replicas LIST        replica counts (default 1,2,4)
@@ -54,7 +66,9 @@ constexpr std::string_view usage = R"(usage: training [options]
   --global-batch B       examples per step (default 256)
   --steps S              timed steps per repetition (default 200; a multiple of every steps per call)
   --reps R               repetitions, arms interleaved (default 5)
-  --json FILE            also write {"rows": [...]} to FILE
+  --timeline-cost N      the timeline's cost at N replicas, 10 steps per call
+                         (default 2; 0: not measured)
+  --json FILE            also write {"rows": [...], "targets": [...]} to FILE
 )";
 
 struct options {
@@ -63,6 +77,7 @@ struct options {
   std::int64_t global_batch = 256;
   std::int64_t steps = 200;
   std::size_t reps = 5;
+  std::size_t timeline_cost_replicas = 2;
   std::string json;
 };
 
@@ -79,6 +94,8 @@ options parse_options(int argc, char** argv) {
       opts.steps = static_cast<std::int64_t>(parse_count(flag, value));
     else if (flag == "--reps")
       opts.reps = parse_count(flag, value);
+    else if (flag == "--timeline-cost")
+      opts.timeline_cost_replicas = value == "0" ? 0 : parse_count(flag, value);
     else if (flag == "--json")
       opts.json = std::string(value);
     else
@@ -88,6 +105,9 @@ options parse_options(int argc, char** argv) {
   for (auto k : opts.steps_per_call)
     if (opts.steps % static_cast<std::int64_t>(k) != 0)
       throw std::invalid_argument("--steps must be a multiple of every --steps-per-call");
+  if (opts.timeline_cost_replicas > 0
+      && opts.steps % static_cast<std::int64_t>(timeline_steps_per_call) != 0)
+    throw std::invalid_argument("--steps must be a multiple of 10 for --timeline-cost");
   return opts;
 }
 
@@ -165,6 +185,31 @@ double lockstep_training(const training_data& data, const options& opts, std::si
          / std::chrono::duration<double>(end - start).count();
 }
 
+/// lockstep_training with runtime_options::timeline writing to `path`
+/// (empty: off); the options are put back afterwards.
+double with_timeline(const std::string& path, const training_data& data, const options& opts,
+                     std::size_t replicas) {
+  const auto previous = lockstep::get_runtime_options();
+  auto changed = previous;
+  changed.timeline = path;
+  lockstep::set_runtime_options(changed);
+  try {
+    const auto rate = lockstep_training(data, opts, replicas, timeline_steps_per_call);
+    lockstep::set_runtime_options(previous);
+    return rate;
+  } catch (...) {
+    lockstep::set_runtime_options(previous);
+    throw;
+  }
+}
+
+/// One entry of the --json "targets" array, as the other benchmarks write it.
+nlohmann::json target(const std::string& what, double measured, double limit, bool at_least,
+                      const char* unit) {
+  return {{"target", what}, {"measured", measured}, {"limit", limit}, {"at_least", at_least},
+          {"unit", unit}, {"pass", at_least ? measured >= limit : measured <= limit}};
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -181,13 +226,31 @@ int main(int argc, char** argv) {
                 opts.reps);
     std::vector<double> baseline;
     std::vector<std::vector<double>> arms(opts.replicas.size() * opts.steps_per_call.size());
+    std::vector<double> timeline_ratios; // step time on / off, per repetition
+    const auto trace_path = (std::filesystem::temp_directory_path()
+                             / ("lockstep-bench-timeline." + std::to_string(::getpid()) + ".json"))
+                              .string();
     for (std::size_t rep = 0; rep < opts.reps; ++rep) {
       baseline.push_back(plain_loop(data, opts));
       std::size_t arm = 0;
       for (auto n : opts.replicas)
         for (auto k : opts.steps_per_call)
           arms[arm++].push_back(lockstep_training(data, opts, n, k));
+      if (opts.timeline_cost_replicas > 0) {
+        const auto n = opts.timeline_cost_replicas;
+        double off = 0;
+        double on = 0;
+        if (rep % 2 == 0) {
+          off = with_timeline("", data, opts, n);
+          on = with_timeline(trace_path, data, opts, n);
+        } else {
+          on = with_timeline(trace_path, data, opts, n);
+          off = with_timeline("", data, opts, n);
+        }
+        timeline_ratios.push_back(off / on); // rates: the step time's ratio inverted
+      }
     }
+    std::filesystem::remove(trace_path);
     const auto base = summarize(baseline).median;
     // rates[{n, k}]: the median examples/s of n replicas at k steps per call.
     std::map<std::pair<std::size_t, std::size_t>, double> rates;
@@ -203,6 +266,7 @@ int main(int argc, char** argv) {
                 "| vs 1 replica, same steps per call |\n|---:|---:|---:|---:|---:|---:|\n");
     std::printf("| (plain loop) | | %.0f | %.0f | 1.00 | |\n", base, base);
     nlohmann::json rows = nlohmann::json::array();
+    nlohmann::json targets = nlohmann::json::array();
     std::vector<std::string> verdicts;
     for (const auto& [key, rate] : rates) {
       const auto [n, k] = key;
@@ -220,12 +284,37 @@ int main(int argc, char** argv) {
                       "%.2fx | >= %.1fx | %s |", k, rate / base, one_replica_target,
                       rate / base >= one_replica_target ? "pass" : "FAIL");
         verdicts.push_back(line);
+        targets.push_back(target("1 replica, " + std::to_string(k)
+                                   + " steps per call: examples/s vs the plain loop",
+                                 rate / base, one_replica_target, true, "x"));
       } else if (n == 2 && vs_one > 0) {
         std::snprintf(line, sizeof line, "| 2 replicas, %zu steps per call: vs 1 replica | "
                       "%.2fx | >= %.1fx | %s |", k, vs_one, two_replica_target,
                       vs_one >= two_replica_target ? "pass" : "FAIL");
         verdicts.push_back(line);
+        targets.push_back(target("2 replicas, " + std::to_string(k)
+                                   + " steps per call: examples/s vs 1 replica",
+                                 vs_one, two_replica_target, true, "x"));
       }
+    }
+    if (!timeline_ratios.empty()) {
+      const auto cost = summarize(timeline_ratios);
+      std::printf("\ntimeline (runtime_options::timeline, default window) at %zu replicas, %zu "
+                  "steps per call: step time on / off, per repetition:",
+                  opts.timeline_cost_replicas, timeline_steps_per_call);
+      for (const auto r : timeline_ratios)
+        std::printf(" %.3f", r);
+      std::printf("; median %.3f\n", cost.median);
+      char line[200];
+      std::snprintf(line, sizeof line, "| timeline on, %zu replicas: step time vs off (median of "
+                    "%zu paired ratios) | %.3fx | <= %.2fx | %s |", opts.timeline_cost_replicas,
+                    timeline_ratios.size(), cost.median, timeline_cost_target,
+                    cost.median <= timeline_cost_target ? "pass" : "FAIL");
+      verdicts.push_back(line);
+      targets.push_back(target("timeline on, " + std::to_string(opts.timeline_cost_replicas)
+                                 + " replicas, 10 steps per call: step time vs off (median of "
+                                   "paired ratios)",
+                               cost.median, timeline_cost_target, false, "x"));
     }
     std::printf("\n| target | measured | limit | |\n|---|---:|---:|---|\n");
     for (const auto& line : verdicts)
@@ -233,7 +322,7 @@ int main(int argc, char** argv) {
     if (!opts.json.empty()) {
       lockstep::bench::write_json_file(
           opts.json, nlohmann::json{{"benchmark", "training"}, {"global_batch", opts.global_batch},
-                                    {"rows", rows}}.dump(2));
+                                    {"rows", rows}, {"targets", targets}}.dump(2));
     }
     return 0;
   } catch (const std::exception& e) {

@@ -18,9 +18,10 @@ using lockstep::value_error;
 
 namespace {
 
-constexpr std::array<const char*, 6> variables{
+constexpr std::array<const char*, 8> variables{
   "LOCKSTEP_TIMEOUT",          "LOCKSTEP_SCHEDULER_THREADS", "LOCKSTEP_SCHEDULER_SLEEP_US",
   "LOCKSTEP_SCHEDULER_POLICY", "LOCKSTEP_LOG",               "LOCKSTEP_SPIN_US",
+  "LOCKSTEP_TIMELINE",         "LOCKSTEP_TIMELINE_STEPS",
 };
 
 /// Unsets every LOCKSTEP_* variable for the life of a test and restores the
@@ -200,6 +201,18 @@ TEST_CASE("runtime_options: LOCKSTEP_LOG") {
   CHECK_THROWS_WITH_AS(with_variable("LOCKSTEP_LOG", "loud"),
                        "LOCKSTEP_LOG=\"loud\" is not valid: expected one of trace, debug, "
                        "info, warn, error, critical, off",
+                       value_error);
+}
+
+TEST_CASE("runtime_options: LOCKSTEP_TIMELINE and LOCKSTEP_TIMELINE_STEPS") {
+  CHECK(with_variable("LOCKSTEP_TIMELINE", "trace.json").timeline == "trace.json");
+  for (const char* steps : {"first:5,last:0", "3-9", "every:100"}) {
+    CAPTURE(steps);
+    CHECK(with_variable("LOCKSTEP_TIMELINE_STEPS", steps).timeline_steps == steps);
+  }
+  CHECK_THROWS_WITH_AS(with_variable("LOCKSTEP_TIMELINE_STEPS", "every:0"),
+                       "LOCKSTEP_TIMELINE_STEPS=\"every:0\" is not valid: expected "
+                       "\"first:F,last:L\", \"A-B\" or \"every:K\"",
                        value_error);
 }
 

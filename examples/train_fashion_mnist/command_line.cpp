@@ -6,6 +6,7 @@
 #include "lockstep/idx.hpp"
 #include "lockstep/cluster_resolver.hpp"
 #include "lockstep/mirrored_strategy.hpp"
+#include "lockstep/runtime_options.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -114,6 +115,8 @@ std::string usage() {
          "  --plot FILE           loss and accuracy curves (SVG, gnuplot); default: FILE of --metrics with .svg\n"
          "  --data-dir DIR        IDX files (train-images-idx3-ubyte.gz, ...); default "
          + d.data_dir.string() + "\n"
+         "  --timeline FILE       write a timeline of the run (Chrome trace JSON; docs/timeline.md); default: none\n"
+         "  --timeline-steps W    the steps it keeps: first:F,last:L, A-B or every:K; default first:50,last:50\n"
          "  --help                this text\n";
 }
 
@@ -129,7 +132,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     static constexpr std::string_view flags[] = {
         "--replicas", "--epochs", "--global-batch", "--lr", "--lr-decay", "--optimizer",
         "--seed", "--steps-per-call", "--checkpoint-dir", "--resume-from", "--metrics",
-        "--plot", "--data-dir"};
+        "--plot", "--data-dir", "--timeline", "--timeline-steps"};
     if (std::find(std::begin(flags), std::end(flags), flag) == std::end(flags))
       throw usage_error("unknown option '" + printable(flag) + "'");
     if (i + 1 >= argc)
@@ -166,6 +169,18 @@ command_line parse_command_line(int argc, const char* const* argv) {
       cl.metrics = nonempty_path(flag, value);
     else if (flag == "--plot")
       cl.plot = nonempty_path(flag, value);
+    else if (flag == "--timeline")
+      cl.timeline = nonempty_path(flag, value);
+    else if (flag == "--timeline-steps") {
+      try {
+        lockstep::runtime_options checked;
+        checked.timeline_steps = std::string(value);
+        checked.validate();
+      } catch (const lockstep::value_error&) {
+        bad_value(flag, "first:F,last:L, A-B or every:K", value);
+      }
+      cl.timeline_steps = std::string(value);
+    }
     else
       cl.data_dir = nonempty_path(flag, value);
   }

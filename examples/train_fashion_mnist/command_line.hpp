@@ -25,6 +25,10 @@ struct command_line {
   std::filesystem::path metrics;
   /// The SVG of the curves; defaults to `metrics` with the extension .svg.
   std::filesystem::path plot;
+  /// runtime_options::timeline and timeline_steps, when given (else the
+  /// LOCKSTEP_TIMELINE* variables apply).
+  std::filesystem::path timeline;
+  std::string timeline_steps;
   /// --help or -h: print the usage and exit 0.
   bool help = false;
 };

@@ -52,6 +52,14 @@ int run(int argc, char** argv) {
     return 0;
   }
   const auto& config = cl.config;
+  if (!cl.timeline.empty() || !cl.timeline_steps.empty()) {
+    auto options = lockstep::get_runtime_options();
+    if (!cl.timeline.empty())
+      options.timeline = cl.timeline.string();
+    if (!cl.timeline_steps.empty())
+      options.timeline_steps = cl.timeline_steps;
+    lockstep::set_runtime_options(options);
+  }
   // Outputs are checked before the data is read and hours are spent:
   // without truncating a metrics file that a resumed run reads.
   fashion_mnist::check_output_writable(cl.metrics, "metrics");

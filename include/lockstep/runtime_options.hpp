@@ -47,6 +47,20 @@ struct runtime_options {
   /// "warning" means "warn").
   std::string log_level = "warn";
 
+  /// Where to write a timeline of what the replicas, variables, input and
+  /// collectives do (Chrome trace-event JSON, for Perfetto or
+  /// chrome://tracing; docs/timeline.md); empty: none, and then recording
+  /// costs one branch per event. A recording starts with the first
+  /// strategy created while this is set and ends, writing the file's
+  /// tail, when the last such strategy is gone. `LOCKSTEP_TIMELINE`.
+  std::string timeline;
+
+  /// Which steps the timeline keeps: "first:F,last:L" (the default,
+  /// "first:50,last:50"), "A-B" (steps A to B, from 0) or "every:K" (every
+  /// K-th step), so that a long job writes a bounded file. "" is the
+  /// default. `LOCKSTEP_TIMELINE_STEPS`.
+  std::string timeline_steps;
+
   // -- limits: larger values are rejected ------------------------------------
 
   /// The longest `timeout`: 10^9 s, so that a deadline in nanoseconds
@@ -71,8 +85,8 @@ struct runtime_options {
 
   /// Throws `value_error` naming the field if a setting is out of range: a
   /// timeout <= 0 or above `max_timeout`, a sleep or spin < 0 or above its maximum,
-  /// too many threads, or a policy or log level other than the lower-case
-  /// names listed above.
+  /// too many threads, a policy or log level other than the lower-case
+  /// names listed above, or timeline steps in none of the forms above.
   void validate() const;
 };
 

@@ -44,10 +44,16 @@ struct strategy_access;
 using replica_function = std::function<std::any(replica_context&)>;
 
 /// Runs `fn` once per replica and returns the results in replica order.
+/// `steps`: the replica steps the call runs (a multi-step loop's count),
+/// numbered for the timeline.
 std::vector<std::any>
 call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
-                      const run_options& options);
+                      const run_options& options, std::size_t steps = 1);
+
+/// A multi-step loop's replica starts its step `index` (from 0): the
+/// timeline's events on this thread belong to it.
+void timeline_loop_step(std::size_t index) noexcept;
 
 /// Throws unless this thread may use `state`'s cross-replica API.
 void require_cross_replica_or_default_context(const strategy_state& state);
@@ -632,14 +638,16 @@ multi_step_context strategy_extended::experimental_run_steps_on_iterator(
       [fn = std::decay_t<F>(std::forward<F>(fn)), steps,
        context](replica_context& ctx) mutable -> std::any {
         const auto r = detail::replica_id(ctx);
+        std::size_t index = 0;
         for (const auto& step : *steps) {
+          detail::timeline_loop_step(index++);
           const auto mine = select_replica(r, step);
           detail::invoke_replica_fn(fn, ctx, context, mine);
         }
         return {};
       });
     try {
-      detail::call_for_each_replica(*state_, std::move(task), run_options{});
+      detail::call_for_each_replica(*state_, std::move(task), run_options{}, steps->size());
     } catch (...) {
       context.fail();
       throw;

@@ -10,6 +10,7 @@
 #include "lockstep/runtime_options.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/spin_wait.hpp"
+#include "runtime/timeline.hpp"
 
 namespace lockstep::detail {
 
@@ -170,6 +171,7 @@ template <class Ready>
 bool collective_group::wait_until(Ready ready, clock::time_point deadline) {
   if (ready())
     return true;
+  const timeline_wait waiting; // the collective's span tells it from reducing
   // With a CPU per participant, poll with pause instructions; with more
   // participants than CPUs, poll by yielding the CPU to the ranks that
   // still have work, for the same bounded time.

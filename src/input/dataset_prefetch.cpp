@@ -7,6 +7,7 @@
 #include "actors/actor_system.hpp"
 #include "actors/input_actor.hpp"
 #include "runtime/log.hpp"
+#include "runtime/timeline.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -51,6 +52,8 @@ prefetch_channel::prefetch_channel(prefetch_channel&&) noexcept = default;
 prefetch_channel& prefetch_channel::operator=(prefetch_channel&&) noexcept = default;
 
 std::shared_ptr<void> prefetch_channel::next() {
+  detail::timeline_scope waiting{
+    timeline_on() ? timeline_track(track_kind::input, 0, "input wait") : 0, "input wait", "input"};
   auto element = impl_->buffer->take(impl_->timeout);
   if (element)
     caf::anon_send(impl_->actor, actors::input_demand{1}); // room for one more

@@ -18,6 +18,7 @@
 #include "runtime/error_text.hpp"
 #include "io/folder_lock.hpp"
 #include "runtime/log.hpp"
+#include "runtime/timeline.hpp"
 #include "io/safetensors.hpp"
 #include "strategies/strategy_state.hpp"
 #include "strategies/thread_mode.hpp"
@@ -321,6 +322,9 @@ checkpoint_manager::~checkpoint_manager() = default;
 
 std::optional<std::filesystem::path>
 checkpoint_manager::save(const std::vector<variable>& variables, std::int64_t step) {
+  const detail::timeline_scope span{
+    detail::timeline_on() ? detail::timeline_track(detail::track_kind::process, 0) : 0,
+    "checkpoint save", "checkpoint"};
   if (step < 0)
     throw value_error("checkpoint_manager: the step must not be negative, got "
                       + std::to_string(step));
@@ -414,6 +418,9 @@ std::optional<std::filesystem::path> checkpoint_manager::newest_readable() const
 
 std::optional<checkpoint_info>
 checkpoint_manager::restore_latest(const std::vector<variable>& variables) const {
+  const detail::timeline_scope span{
+    detail::timeline_on() ? detail::timeline_track(detail::track_kind::process, 0) : 0,
+    "checkpoint restore", "checkpoint"};
   check_unique_names(variables, "restore");
   require_cross_replica(variables);
   const auto path = latest();

@@ -2,6 +2,7 @@
 
 #include "lockstep/error.hpp"
 #include "runtime/log.hpp"
+#include "runtime/timeline.hpp"
 
 #include <algorithm>
 #include <array>
@@ -174,6 +175,17 @@ runtime_options runtime_options::from_environment() {
       throw_bad_variable("LOCKSTEP_LOG", *text, "one of " + join(log_levels));
     result.log_level = std::move(level);
   }
+  if (auto text = env_text("LOCKSTEP_TIMELINE"))
+    result.timeline = *text;
+  if (auto text = env_text("LOCKSTEP_TIMELINE_STEPS")) {
+    try {
+      detail::timeline_window::parse(trim(*text));
+    } catch (const value_error&) {
+      throw_bad_variable("LOCKSTEP_TIMELINE_STEPS", *text,
+                         "\"first:F,last:L\", \"A-B\" or \"every:K\"");
+    }
+    result.timeline_steps = std::string{trim(*text)};
+  }
   return result;
 }
 
@@ -198,6 +210,11 @@ void runtime_options::validate() const {
          + scheduler_policy + "\"");
   if (!is_one_of(log_level, log_levels))
     fail("log_level must be one of " + join(log_levels) + ", got \"" + log_level + "\"");
+  try {
+    detail::timeline_window::parse(timeline_steps);
+  } catch (const value_error& e) {
+    fail(std::string{"timeline_steps: "} + e.what());
+  }
 }
 
 // -- process-wide settings ----------------------------------------------------

@@ -22,7 +22,7 @@ thread_local const update_context* innermost_update = nullptr;
 std::shared_ptr<strategy_state> make_default_strategy() {
   auto state = strategy_state::create("default_strategy", {}, false,
                                       std::make_shared<reduction_to_one_device>(),
-                                      get_runtime_options().timeout);
+                                      get_runtime_options().timeout, false);
   state->executor = std::make_unique<inline_executor>(*state, std::nullopt);
   return state;
 }

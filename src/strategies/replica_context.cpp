@@ -2,6 +2,9 @@
 
 #include "strategies/strategy_state.hpp"
 #include "strategies/thread_mode.hpp"
+#include "runtime/timeline.hpp"
+
+#include <algorithm>
 
 #include <string>
 #include <utility>
@@ -116,8 +119,27 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
     .packing = options.bytes_per_pack
                  ? pack_options{.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0}
                  : collectives.defaults.packing};
-  collectives.communicator->all_reduce(state_->topology.global_replica_id(replica_id_), op,
-                                       values, outputs, collective, collective_floor_);
+  const auto rank = state_->topology.global_replica_id(replica_id_);
+  detail::timeline_scope span{
+    detail::timeline_on() ? detail::timeline_track(detail::track_kind::replica, rank) : 0,
+    "all_reduce", "collective"};
+  if (span.active()) {
+    span.args.op = to_string(op).data();
+    span.args.dtype = values.empty() ? nullptr : to_string(values.front().dtype()).data();
+    span.args.bytes = 0;
+    for (const auto& v : values)
+      span.args.bytes += static_cast<std::int64_t>(v.byte_size());
+    span.args.seq = static_cast<std::int64_t>(
+      std::max(collectives.communicator->session().next_seq(rank), collective_floor_));
+    detail::timeline_args::copy(span.args.algorithm, collectives.communicator->name());
+    detail::timeline_take_wait();
+  }
+  const auto started = span.active() ? detail::timeline_now() : 0;
+  collectives.communicator->all_reduce(rank, op, values, outputs, collective, collective_floor_);
+  if (span.active()) {
+    span.args.wait_ns = detail::timeline_take_wait();
+    span.args.reduce_ns = detail::timeline_now() - started - span.args.wait_ns;
+  }
   return std::move(outputs);
 }
 

@@ -6,6 +6,7 @@
 
 #include "runtime/error_text.hpp"
 #include "runtime/spin_wait.hpp"
+#include "runtime/timeline.hpp"
 #include "strategies/strategy_state.hpp"
 #include "strategies/thread_mode.hpp"
 
@@ -24,11 +25,43 @@
 
 namespace lockstep::detail {
 
+namespace {
+
+/// `fn` as the timeline sees it: each replica's events belong to the
+/// call's steps (from `first_step`), and its `run` span lasts from the
+/// broadcast (now) to its return.
+std::shared_ptr<const replica_function> traced(const strategy_state& state,
+                                               std::shared_ptr<const replica_function> fn,
+                                               std::int64_t first_step) {
+  return std::make_shared<const replica_function>(
+    [&state, fn = std::move(fn), first_step,
+     dispatched = timeline_now()](replica_context& ctx) -> std::any {
+      const auto rank = state.topology.global_replica_id(replica_id(ctx));
+      const auto track = timeline_track(track_kind::replica, static_cast<std::uint32_t>(rank));
+      timeline_set_thread_step(first_step);
+      struct on_return {
+        std::uint32_t track;
+        std::int64_t first_step;
+        std::int64_t dispatched;
+        ~on_return() {
+          timeline_set_thread_step(first_step); // the span belongs to the first step
+          timeline_span(track, "run", "replica", dispatched, timeline_now());
+          timeline_set_thread_step(-1);
+        }
+      } recorded{track, first_step, dispatched};
+      return (*fn)(ctx);
+    });
+}
+
+} // namespace
+
 std::vector<std::any>
 call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
-                      const run_options& options) {
+                      const run_options& options, std::size_t steps) {
   auto scope = state.handle().scope(); // checks the context as TF's run does
+  if (timeline_on())
+    fn = traced(state, std::move(fn), timeline_begin_steps(static_cast<std::int64_t>(steps)));
   const auto timeout = checked_timeout(options.timeout.value_or(state.timeout), "run_options");
   // The default strategy is every thread's; the others serve one at a time.
   std::optional<user_claim> claim;

@@ -8,6 +8,7 @@
 #include "strategies/completion.hpp"
 
 #include "runtime/error_text.hpp"
+#include "runtime/timeline.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
 
@@ -53,9 +54,14 @@ std::shared_ptr<strategy_state> strategy_state::create(std::string name,
                                                        detail::topology topology,
                                                        bool replicated,
                                                        std::shared_ptr<cross_device_ops> ops,
-                                                       std::chrono::milliseconds timeout) {
+                                                       std::chrono::milliseconds timeout,
+                                                       bool records) {
+  // First, so that the replicas' first events count.
+  const auto rank = topology.workers > 1 ? static_cast<std::int64_t>(topology.worker_index) : -1;
+  auto timeline = records ? timeline_hold(rank) : nullptr;
   auto* state = new strategy_state(std::move(name), std::move(topology), replicated,
                                    std::move(ops), timeout);
+  state->timeline = std::move(timeline);
   return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
     // A posted write's captures may hold the last handle; an executor
     // cannot join its own thread, so another thread destroys the state.

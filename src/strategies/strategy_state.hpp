@@ -69,11 +69,14 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// stop and the state is deleted, unless a replica is still stuck in user
   /// code: then the state is kept (never freed) so that code stays valid.
   /// `name` names the strategy in errors ("mirrored_strategy(<devices>)");
-  /// `replicated`: see the member.
+  /// `replicated`: see the member. It holds the timeline's recording
+  /// (`timeline`) unless `records` is false (the default strategy, which
+  /// is never destroyed and would never end one).
   static std::shared_ptr<strategy_state> create(std::string name, detail::topology topology,
                                                 bool replicated,
                                                 std::shared_ptr<cross_device_ops> ops,
-                                                std::chrono::milliseconds timeout);
+                                                std::chrono::milliseconds timeout,
+                                                bool records = true);
 
   strategy_state(std::string name, detail::topology topology, bool replicated,
                  std::shared_ptr<cross_device_ops> ops, std::chrono::milliseconds timeout);
@@ -144,6 +147,10 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// Multi-worker: this process's cluster connections (node/cluster_node),
   /// kept while the strategy lives and closed after its replicas stop.
   std::shared_ptr<void> cluster;
+
+  /// The timeline's recording (runtime/timeline.hpp), kept while the
+  /// strategy lives; null when none is asked for.
+  std::shared_ptr<void> timeline;
 
   /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;

@@ -1,6 +1,7 @@
 #include "variables/variable_copy.hpp"
 
 #include "devices/device_executor.hpp"
+#include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
 
@@ -13,6 +14,7 @@ variable_copy::variable_copy(std::string name, std::size_t copy, tensor initial,
   : name_(std::move(name)),
     copy_(copy),
     value_device_(initial.device().to_string()),
+    timeline_track_(timeline_track(track_kind::variables, 0, "variables " + value_device_)),
     executor_(executor),
     value_(std::move(initial)) {}
 
@@ -55,10 +57,15 @@ void variable_copy::apply_parked(lock_type& lock) {
 void variable_copy::apply_posted(lock_type& lock, const variable_write& write) {
   begin_write(lock, write.reads_value());
   std::exception_ptr error;
-  try {
-    write.apply(copy_, value_);
-  } catch (...) {
-    error = std::current_exception();
+  {
+    timeline_scope span{timeline_track_, "update", "variable"};
+    if (span.active())
+      timeline_args::copy(span.args.label, name_);
+    try {
+      write.apply(copy_, value_);
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
   lock.lock();
   ++applied_;

@@ -127,6 +127,7 @@ private:
   const std::string name_;
   const std::size_t copy_;
   const std::string value_device_;
+  const std::uint32_t timeline_track_; // its device's variables row in the timeline
   device_executor* const executor_;
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;

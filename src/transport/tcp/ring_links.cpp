@@ -4,6 +4,7 @@
 #include "transport/tcp/little_endian.hpp"
 
 #include "runtime/spin_wait.hpp"
+#include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
 
@@ -104,6 +105,7 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
     }
     if (moved > 0)
       continue;
+    const timeline_wait waiting; // the collective's span tells it from reducing
     pollfd fds[2] = {
       {links.next.native_handle(), static_cast<short>(sent < out.size() ? POLLOUT : 0), 0},
       {links.prev.native_handle(), static_cast<short>(received < in.size() ? POLLIN : 0), 0}};
