@@ -9,6 +9,7 @@
 // settings and --resume-from resumes from the file named.
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "child_process.hpp"
 #include "file_support.hpp"
@@ -23,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -215,6 +217,12 @@ TEST_CASE("every bad option exits 2 with the usage, naming the option and the va
       {{"--metrics", ""}, "--metrics: expected a path, got an empty one"},
       {{"--plot", ""}, "--plot: expected a path, got an empty one"},
       {{"--data-dir", ""}, "--data-dir: expected a path, got an empty one"},
+      {{"--timeline", ""}, "--timeline: expected a path, got an empty one"},
+      {{"--timeline-steps", "every:0"},
+       "--timeline-steps: expected first:F,last:L, A-B or every:K, got 'every:0'"},
+      {{"--slow-replica", "1"}, "--slow-replica: expected R:MS (a replica and milliseconds), got '1'"},
+      {{"--slow-replica", "x:5"}, "--slow-replica: expected a whole number"},
+      {{"--slow-input", "-1"}, "--slow-input: expected a whole number"},
   };
   for (const auto& [args, message] : cases) {
     CAPTURE(args.front());
@@ -332,6 +340,67 @@ TEST_CASE("an unwritable metrics or plot path is reported before training, and n
   result = run(w.options({"--metrics", (w.dir.path() / "\xff/m.csv").string()}), w.dir.path());
   CHECK(result.status == 1);
   CHECK(has(result.err, "/\\xff/m.csv'"));
+}
+
+TEST_CASE("--slow-replica and --slow-input show in the timeline as a straggler and input waits") {
+  const workspace w;
+  const auto spans_of = [](const fs::path& path) {
+    std::ifstream in{path};
+    REQUIRE(in.good());
+    const auto trace = nlohmann::json::parse(in);
+    std::map<int, std::string> rows;
+    for (const auto& e : trace)
+      if (e["ph"] == "M" && e["name"] == "thread_name")
+        rows[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+    // (row, name) -> the spans, in the order written
+    std::map<std::pair<std::string, std::string>, std::vector<nlohmann::json>> spans;
+    for (const auto& e : trace)
+      if (e["ph"] == "X")
+        spans[{rows.at(e["tid"].get<int>()), e["name"].get<std::string>()}].push_back(e);
+    return spans;
+  };
+  const double delay_us = 20'000;
+  SUBCASE("a straggler: replica 1 reaches each all_reduce at least 20 ms into its run") {
+    const auto trace = w.dir.path() / "straggler.json";
+    const auto result = run(w.options({"--epochs", "1", "--steps-per-call", "1", "--slow-replica", "1:20",
+                                       "--timeline", trace.string()}),
+                            w.dir.path());
+    REQUIRE(result.status == 0);
+    auto spans = spans_of(trace);
+    std::map<std::int64_t, double> run_start; // replica 1's runs by step
+    for (const auto& r : spans[{"replica 1", "run"}])
+      run_start[r["args"]["step"].get<std::int64_t>()] = r["ts"].get<double>();
+    const auto& late = spans[{"replica 1", "all_reduce"}];
+    const auto& waiting = spans[{"replica 0", "all_reduce"}];
+    REQUIRE(late.size() == 8); // 256 examples, batch 32: 8 steps, all in the window
+    REQUIRE(waiting.size() == late.size());
+    for (std::size_t s = 0; s < late.size(); ++s) {
+      CAPTURE(s);
+      const auto step = late[s]["args"]["step"].get<std::int64_t>();
+      REQUIRE(run_start.count(step) == 1);
+      CHECK(late[s]["ts"].get<double>() - run_start[step] >= delay_us);
+      // Replica 0 waited in its all_reduce until replica 1 came.
+      CHECK(waiting[s]["args"]["step"] == step);
+      CHECK(waiting[s]["ts"].get<double>() + waiting[s]["dur"].get<double>()
+            >= late[s]["ts"].get<double>());
+    }
+  }
+  SUBCASE("input-bound: every batch takes at least 20 ms to make") {
+    const auto trace = w.dir.path() / "input.json";
+    const auto result = run(w.options({"--epochs", "1", "--steps-per-call", "1", "--slow-input", "20",
+                                       "--timeline", trace.string()}),
+                            w.dir.path());
+    REQUIRE(result.status == 0);
+    auto spans = spans_of(trace);
+    // The training set's 8 batches each took the delay; the test set's
+    // pipeline and the end of the data take none.
+    const auto& made = spans[{"input actor", "produce"}];
+    const auto slow = std::count_if(made.begin(), made.end(), [&](const nlohmann::json& p) {
+      return p["dur"].get<double>() >= delay_us;
+    });
+    CHECK(slow == 8);
+    CHECK(spans[{"input wait", "input wait"}].size() >= 8);
+  }
 }
 
 TEST_CASE("a loss that is not finite stops training with an error naming the epoch and step") {

@@ -117,6 +117,8 @@ std::string usage() {
          + d.data_dir.string() + "\n"
          "  --timeline FILE       write a timeline of the run (Chrome trace JSON; docs/timeline.md); default: none\n"
          "  --timeline-steps W    the steps it keeps: first:F,last:L, A-B or every:K; default first:50,last:50\n"
+         "  --slow-replica R:MS   replica R sleeps MS ms before each step (a straggler, for the timeline)\n"
+         "  --slow-input MS       the input pipeline sleeps MS ms per batch (input-bound steps)\n"
          "  --help                this text\n";
 }
 
@@ -132,7 +134,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
     static constexpr std::string_view flags[] = {
         "--replicas", "--epochs", "--global-batch", "--lr", "--lr-decay", "--optimizer",
         "--seed", "--steps-per-call", "--checkpoint-dir", "--resume-from", "--metrics",
-        "--plot", "--data-dir", "--timeline", "--timeline-steps"};
+        "--plot", "--data-dir", "--timeline", "--timeline-steps", "--slow-replica",
+        "--slow-input"};
     if (std::find(std::begin(flags), std::end(flags), flag) == std::end(flags))
       throw usage_error("unknown option '" + printable(flag) + "'");
     if (i + 1 >= argc)
@@ -171,6 +174,16 @@ command_line parse_command_line(int argc, const char* const* argv) {
       cl.plot = nonempty_path(flag, value);
     else if (flag == "--timeline")
       cl.timeline = nonempty_path(flag, value);
+    else if (flag == "--slow-replica") {
+      const auto colon = value.find(':');
+      if (colon == std::string_view::npos)
+        bad_value(flag, "R:MS (a replica and milliseconds)", value);
+      cl.config.slow_replica = static_cast<int>(whole_number(
+          flag, value.substr(0, colon), 0, static_cast<long long>(lockstep::max_mirrored_replicas)));
+      cl.config.slow_replica_delay =
+          std::chrono::milliseconds{whole_number(flag, value.substr(colon + 1), 0, 3'600'000)};
+    } else if (flag == "--slow-input")
+      cl.config.slow_input_delay = std::chrono::milliseconds{whole_number(flag, value, 0, 3'600'000)};
     else if (flag == "--timeline-steps") {
       try {
         lockstep::runtime_options checked;

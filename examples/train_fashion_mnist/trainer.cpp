@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 namespace fashion_mnist {
 
@@ -114,6 +115,9 @@ std::vector<tensor> read_parameters(const training_state& state) {
 /// the replica threads, then applied once in cross-replica context.
 step_stats replica_step(replica_context& ctx, const training_config& config,
                         training_state& state, const tensor& images, const tensor& labels) {
+  if (config.slow_replica >= 0
+      && ctx.replica_id_in_sync_group() == static_cast<std::size_t>(config.slow_replica))
+    std::this_thread::sleep_for(config.slow_replica_delay);
   auto result = loss_and_gradients(config.model, read_parameters(state), images, labels,
                                    config.global_batch);
   auto summed = ctx.all_reduce(reduce_op::sum, std::move(result.gradients));
@@ -322,6 +326,11 @@ training_result train(const training_config& config, const training_data& data,
                       const training_observer& observer, const std::atomic<bool>* stop) {
   check_config(config, data);
   const auto strategy = make_strategy(config.replicas);
+  if (config.slow_replica >= 0
+      && static_cast<std::size_t>(config.slow_replica) >= strategy.num_replicas_in_sync())
+    throw value_error("slow replica " + std::to_string(config.slow_replica)
+                      + " does not exist: the replicas are 0 to "
+                      + std::to_string(strategy.num_replicas_in_sync() - 1));
   auto state = create_state(strategy, config);
   auto scope = strategy.scope();
   const auto note = [&](const std::string& text) {
@@ -354,7 +363,9 @@ training_result train(const training_config& config, const training_data& data,
   auto train_set = dataset<std::int64_t>::range(examples)
                        .shuffle(examples, config.seed)
                        .batch(config.global_batch)
-                       .map([&data](const tensor& rows) {
+                       .map([&data, delay = config.slow_input_delay](const tensor& rows) {
+                         if (delay.count() > 0)
+                           std::this_thread::sleep_for(delay);
                          return nest<tensor>{gather_rows(data.train_images, rows),
                                              gather_rows(data.train_labels, rows)};
                        });

@@ -18,6 +18,7 @@
 #include "lockstep/tensor.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -57,6 +58,14 @@ struct training_config {
   std::filesystem::path resume_from;
   /// Stops after this many steps in all (a test's short run); 0: no limit.
   std::int64_t max_steps = 0;
+  /// Delays injected to show a straggler and an input-bound step in the
+  /// timeline (docs/timeline.md): replica `slow_replica` (an index in the
+  /// sync group; -1: none) sleeps `slow_replica_delay` before each step's
+  /// gradients, and the input pipeline sleeps `slow_input_delay` per batch.
+  /// They change no number the run computes.
+  int slow_replica = -1;
+  std::chrono::milliseconds slow_replica_delay{0};
+  std::chrono::milliseconds slow_input_delay{0};
 };
 
 /// One epoch's figures.

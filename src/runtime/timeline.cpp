@@ -332,7 +332,8 @@ struct current_recording {
   std::mutex mutex;
   std::weak_ptr<recorder> recording;
   std::atomic<std::uint64_t> generation{0};
-  std::atomic<std::int64_t> steps{0}; // step numbers handed out
+  std::atomic<std::int64_t> steps{0};    // step numbers handed out
+  std::atomic<std::int64_t> latest{-1};  // the step a replica thread entered last
 };
 
 current_recording& current() {
@@ -372,8 +373,7 @@ void record(event&& e) {
   auto* ring = ring_of_this_thread();
   if (ring == nullptr)
     return;
-  e.step = this_thread.step >= 0 ? this_thread.step
-                                 : current().steps.load(std::memory_order_relaxed) - 1;
+  e.step = timeline_step();
   ring->push(e);
 }
 
@@ -494,11 +494,31 @@ std::int64_t timeline_begin_steps(std::int64_t count) noexcept {
 void timeline_set_thread_step(std::int64_t step) noexcept {
   this_thread.step = step;
   this_thread.first_step = step;
+  if (step >= 0)
+    current().latest.store(step, std::memory_order_relaxed);
 }
 
 void timeline_loop_step(std::size_t index) noexcept {
-  if (this_thread.first_step >= 0)
-    this_thread.step = this_thread.first_step + static_cast<std::int64_t>(index);
+  if (this_thread.first_step < 0)
+    return;
+  this_thread.step = this_thread.first_step + static_cast<std::int64_t>(index);
+  current().latest.store(this_thread.step, std::memory_order_relaxed);
+}
+
+std::int64_t timeline_step() noexcept {
+  return this_thread.step >= 0 ? this_thread.step
+                               : current().latest.load(std::memory_order_relaxed);
+}
+
+timeline_step_scope::timeline_step_scope(std::int64_t step) noexcept
+  : outer_step_(this_thread.step), outer_first_(this_thread.first_step) {
+  this_thread.step = step;
+  this_thread.first_step = -1; // not a replica's call
+}
+
+timeline_step_scope::~timeline_step_scope() {
+  this_thread.step = outer_step_;
+  this_thread.first_step = outer_first_;
 }
 
 std::uint64_t timeline_merge_flow(const void* strategy, std::uint64_t seq,
@@ -532,6 +552,7 @@ std::shared_ptr<void> timeline_hold(std::int64_t rank) {
     });
   now.recording = recording;
   now.steps.store(0, std::memory_order_relaxed);
+  now.latest.store(-1, std::memory_order_relaxed);
   now.generation.fetch_add(1, std::memory_order_acq_rel);
   timeline_enabled.store(true, std::memory_order_relaxed);
   return recording;

@@ -14,7 +14,8 @@
 //
 // A step is one replica step: each `run` is one, and a multi-step loop's
 // call is as many as it runs. Events on a replica's thread belong to that
-// replica's step; events on other threads to the latest step begun.
+// replica's step; a variable write to the step it was posted in; events
+// on other threads to the step a replica entered last.
 //
 // A recording starts with the first strategy created while
 // runtime_options::timeline names a file, and ends, writing the file's
@@ -98,6 +99,23 @@ std::int64_t timeline_begin_steps(std::int64_t count) noexcept;
 /// step); -1: the latest step begun. A multi-step loop's replica moves on
 /// with timeline_loop_step (declared in lockstep/strategy.hpp).
 void timeline_set_thread_step(std::int64_t step) noexcept;
+
+/// The step this thread's next event belongs to (-1 before any).
+std::int64_t timeline_step() noexcept;
+
+/// Makes this thread's events belong to `step` for its lifetime (a
+/// variable write applied on an executor: the step it was posted in).
+class timeline_step_scope {
+public:
+  explicit timeline_step_scope(std::int64_t step) noexcept;
+  timeline_step_scope(const timeline_step_scope&) = delete;
+  timeline_step_scope& operator=(const timeline_step_scope&) = delete;
+  ~timeline_step_scope();
+
+private:
+  std::int64_t outer_step_;
+  std::int64_t outer_first_;
+};
 
 /// The id of the flow arrow from replica `replica`'s merge_call wait in
 /// call `seq` of `strategy` to the merge function it waits for.

@@ -131,7 +131,7 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
       span.args.bytes += static_cast<std::int64_t>(v.byte_size());
     span.args.seq = static_cast<std::int64_t>(
       std::max(collectives.communicator->session().next_seq(rank), collective_floor_));
-    detail::timeline_args::copy(span.args.algorithm, collectives.communicator->name());
+    detail::timeline_args::copy(span.args.algorithm, state_->ops->name());
     detail::timeline_take_wait();
   }
   const auto started = span.active() ? detail::timeline_now() : 0;

@@ -9,12 +9,24 @@
 
 namespace lockstep::detail {
 
+namespace {
+
+/// "CPU:0" for "/job:localhost/replica:0/task:0/device:CPU:0": a timeline
+/// row's name.
+std::string short_name(const std::string& device) {
+  const auto at = device.rfind("device:");
+  return at == std::string::npos ? device : device.substr(at + 7);
+}
+
+} // namespace
+
 variable_copy::variable_copy(std::string name, std::size_t copy, tensor initial,
                                device_executor* executor)
   : name_(std::move(name)),
     copy_(copy),
     value_device_(initial.device().to_string()),
-    timeline_track_(timeline_track(track_kind::variables, 0, "variables " + value_device_)),
+    timeline_track_(
+      timeline_track(track_kind::variables, 0, "variables " + short_name(value_device_))),
     executor_(executor),
     value_(std::move(initial)) {}
 
@@ -28,7 +40,9 @@ void variable_copy::post(std::uint64_t seq, std::shared_ptr<const variable_write
     deliver(seq, std::move(write));
     return;
   }
-  executor_->post([self = shared_from_this(), seq, write = std::move(write)]() mutable {
+  executor_->post([self = shared_from_this(), seq, write = std::move(write),
+                   step = timeline_on() ? timeline_step() : -1]() mutable {
+    const timeline_step_scope posted_in{step};
     self->deliver(seq, std::move(write));
   });
 }
