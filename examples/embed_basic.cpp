@@ -8,6 +8,9 @@
 
 int main() {
   using namespace lockstep;
+  // LOCKSTEP_DUMP_SIGNAL=SIGUSR1 lets `kill -USR1` dump the flight recorders
+  // of a running program (docs/timeline.md); watched before threads start.
+  watch_dump_signal();
   mirrored_strategy strategy{cpu_devices(4)}; // one replica actor per device
 
   auto per_replica_sum = strategy.run([](replica_context& ctx) {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -186,6 +187,32 @@ TEST_CASE("lockstep-run: starts the workers, prefixes their lines, passes a fail
   wait_all(usage, 10s);
   CHECK(!usage[0].exited_ok());
   CHECK(usage[0].text().find("-n wants a whole number") != std::string::npos);
+}
+
+TEST_CASE("lockstep-run passes SIGUSR1 on to every worker without stopping them") {
+  temp_folder folder;
+  // Each worker says it is ready, then answers SIGUSR1 (the dump signal,
+  // named in its environment) by saying so, and exits 0 after it.
+  const std::string script = R"(trap 'echo "dump by $LOCKSTEP_DUMP_SIGNAL"; exit 0' USR1;
+    echo ready; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 3)";
+  auto p = std::vector<process>{spawn({test_program("LOCKSTEP_RUN"), "-n", "2", "sh", "-c", script},
+                                      environment_with({}), folder.path() / "dump.txt")};
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  const auto count = [&](const std::string& part) {
+    const auto text = p[0].text();
+    std::size_t n = 0;
+    for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
+      ++n;
+    return n;
+  };
+  while (count("ready") < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE(count("ready") == 2);
+  REQUIRE(::kill(p[0].pid, SIGUSR1) == 0);
+  wait_all(p, 30s);
+  REQUIRE(p[0].status);
+  CHECK_MESSAGE(p[0].exited_ok(), p[0].text());
+  CHECK(count("dump by SIGUSR1") == 2);
 }
 
 TEST_CASE("lockstep-run --max-restarts: a signal or a lost peer restarts the world, a "

@@ -3,8 +3,11 @@
 #include "lockstep/error.hpp"
 #include "runtime/log.hpp"
 
+#include "test_support.hpp"
+
 #include <doctest/doctest.h>
 
+#include <csignal>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -18,10 +21,10 @@ using lockstep::value_error;
 
 namespace {
 
-constexpr std::array<const char*, 8> variables{
+constexpr std::array<const char*, 9> variables{
   "LOCKSTEP_TIMEOUT",          "LOCKSTEP_SCHEDULER_THREADS", "LOCKSTEP_SCHEDULER_SLEEP_US",
   "LOCKSTEP_SCHEDULER_POLICY", "LOCKSTEP_LOG",               "LOCKSTEP_SPIN_US",
-  "LOCKSTEP_TIMELINE",         "LOCKSTEP_TIMELINE_STEPS",
+  "LOCKSTEP_TIMELINE",         "LOCKSTEP_TIMELINE_STEPS",    "LOCKSTEP_DUMP_SIGNAL",
 };
 
 /// Unsets every LOCKSTEP_* variable for the life of a test and restores the
@@ -214,6 +217,21 @@ TEST_CASE("runtime_options: LOCKSTEP_TIMELINE and LOCKSTEP_TIMELINE_STEPS") {
                        "LOCKSTEP_TIMELINE_STEPS=\"every:0\" is not valid: expected "
                        "\"first:F,last:L\", \"A-B\" or \"every:K\"",
                        value_error);
+}
+
+TEST_CASE("runtime_options: LOCKSTEP_DUMP_SIGNAL") {
+  CHECK(with_variable("LOCKSTEP_DUMP_SIGNAL", "SIGUSR1").dump_signal == SIGUSR1);
+  CHECK(with_variable("LOCKSTEP_DUMP_SIGNAL", "USR2").dump_signal == SIGUSR2);
+  CHECK(with_variable("LOCKSTEP_DUMP_SIGNAL", "10").dump_signal == 10);
+  for (const char* bad : {"SIGKILL", "SIGSEGV", "STOP", "0", "999", "SIGNOPE", "-1"}) {
+    CAPTURE(bad);
+    const auto message =
+      error_of<value_error>([&] { with_variable("LOCKSTEP_DUMP_SIGNAL", bad); });
+    CHECK(message.find("LOCKSTEP_DUMP_SIGNAL") != std::string::npos);
+  }
+  runtime_options bad;
+  bad.dump_signal = SIGKILL;
+  CHECK_THROWS_AS(bad.validate(), value_error);
 }
 
 // -- validate -----------------------------------------------------------------

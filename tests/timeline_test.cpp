@@ -12,6 +12,8 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -209,6 +211,37 @@ TEST_CASE("timeline: the window keeps the steps it names") {
   CHECK(kept("2-4") == std::set<std::int64_t>{2, 3, 4});
   CHECK(kept("every:4") == std::set<std::int64_t>{0, 4, 8});
   CHECK(kept("") == std::set<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
+TEST_CASE("dump_flight_recorders: every live strategy's last collectives, next to the timeline") {
+  temporary_directory dir{"lockstep-timeline"};
+  timeline_options on{(dir.path() / "trace.json").string()};
+  mirrored_strategy s{cpu_devices(2)};
+  for (int step = 0; step < 3; ++step)
+    s.run([](replica_context& ctx) { ctx.all_reduce(reduce_op::sum, tensor::scalar(1.0f)); });
+  const auto first = dump_flight_recorders();
+  const auto second = dump_flight_recorders();
+  CHECK(first.parent_path() == dir.path());
+  CHECK(first.filename().string().starts_with("flight-" + std::to_string(::getpid()) + "-"));
+  CHECK(first != second); // numbered
+  const auto dump = read_trace(first);
+  std::vector<std::string> records;
+  for (const auto& e : dump)
+    if (e["name"] == "collective")
+      records.push_back(e["args"]["record"].get<std::string>());
+  REQUIRE(records.size() == 3);
+  for (const auto& r : records) {
+    CAPTURE(r);
+    CHECK(r.find("all_reduce sum float32") != std::string::npos);
+    CHECK(r.find("completed") != std::string::npos);
+  }
+  const auto names = track_names(dump);
+  CHECK(std::any_of(names.begin(), names.end(),
+                    [](const auto& n) { return n.second.starts_with("mirrored_strategy("); }));
+  // A folder that is gone: an io_error naming the file.
+  timeline_options gone{(dir.path() / "gone" / "trace.json").string()};
+  const auto message = error_of<io_error>([] { dump_flight_recorders(); });
+  CHECK(message.find("gone") != std::string::npos);
 }
 
 TEST_CASE("timeline: bad settings and an unwritable file are errors that name them") {

@@ -16,6 +16,10 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <thread>
+#include <csignal>
+#include <sys/wait.h>
+#include <fcntl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -401,6 +405,45 @@ TEST_CASE("--slow-replica and --slow-input show in the timeline as a straggler a
     CHECK(slow == 8);
     CHECK(spans[{"input wait", "input wait"}].size() >= 8);
   }
+}
+
+TEST_CASE("SIGUSR1 makes a running job write its flight recorders, and it goes on") {
+  const workspace w;
+  const auto args = w.options({"--epochs", "1", "--steps-per-call", "1", "--slow-input", "400"});
+  std::vector<std::string> argv_text{program().string()};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_text)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The flight recorders go to the current folder (no timeline).
+    if (::chdir(w.dir.path().c_str()) != 0)
+      ::_exit(127);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  // Eight batches of 400 ms: the job runs about 3 s; it watches SIGUSR1
+  // from its first line, and has run steps after 2 s.
+  std::this_thread::sleep_for(std::chrono::seconds{2});
+  REQUIRE(::kill(child, SIGUSR1) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0); // the signal stopped nothing
+  const auto dump = w.dir.path() / ("flight-" + std::to_string(child) + "-0.json");
+  REQUIRE(fs::exists(dump));
+  std::ifstream in{dump};
+  const auto events = nlohmann::json::parse(in);
+  const auto collectives = std::count_if(events.begin(), events.end(), [](const auto& e) {
+    return e["name"] == "collective";
+  });
+  CHECK(collectives >= 1);
 }
 
 TEST_CASE("a loss that is not finite stops training with an error naming the epoch and step") {

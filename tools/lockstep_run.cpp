@@ -8,15 +8,17 @@
 // only this user can read (LOCKSTEP_CLUSTER_TOKEN_FILE), a job id of its
 // own, LOCKSTEP_GENERATION and LOCKSTEP_REPLICAS_PER_WORKER=K when given.
 // Every line a worker writes (stdout or stderr) is printed with its rank in
-// front, on the same stream. SIGINT, SIGTERM and SIGHUP are passed on to
-// the workers. When a worker fails (a non-zero status or a signal), the
-// others are stopped (SIGTERM, SIGKILL after 5 s) and every worker reaped.
-// Then, as torchrun does, the whole world starts again (generation g + 1,
-// on fresh ports, the same job and token) when restarts are left and every
-// failure was a signal or lockstep::peer_lost_exit_status (a lost peer);
-// the program resumes from its last checkpoint. Otherwise lockstep-run
-// exits with the first failed worker's status (128 + the signal for a
-// signal); 0 when all succeed.
+// front, on the same stream. SIGINT, SIGTERM and SIGHUP are passed on to the
+// workers. SIGUSR1 is passed on without stopping anyone
+// (LOCKSTEP_DUMP_SIGNAL=SIGUSR1 in their environment unless set): each worker
+// writes its flight recorders (lockstep/diagnostics.hpp). When a worker fails
+// (a non-zero status or a signal), the others are stopped (SIGTERM, SIGKILL
+// after 5 s) and every worker reaped. Then, as torchrun does, the whole world
+// starts again (generation g + 1, on fresh ports, the same job and token) when
+// restarts are left and every failure was a signal or
+// lockstep::peer_lost_exit_status (a lost peer); the program resumes from its
+// last checkpoint. Otherwise lockstep-run exits with the first failed worker's
+// status (128 + the signal for a signal); 0 when all succeed.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -50,12 +52,19 @@ constexpr const char* usage =
   "Starts N workers of a multi-worker lockstep program on this host (TF_CONFIG,\n"
   "a fresh cluster token); prefixes their output with the rank; when one fails,\n"
   "stops the others, then restarts them all (up to R times, default 0) when the\n"
-  "failure was a signal or a lost peer (exit status 75), else exits with its status.\n";
+  "failure was a signal or a lost peer (exit status 75), else exits with its status.\n"
+  "SIGUSR1 is passed on to every worker (LOCKSTEP_DUMP_SIGNAL=SIGUSR1 unless set):\n"
+  "each writes its flight recorders and goes on.\n";
 
 volatile sig_atomic_t forwarded_signal = 0;
+volatile sig_atomic_t dump_requested = 0;
 
 void on_signal(int signal) {
   forwarded_signal = signal;
+}
+
+void on_dump_signal(int) {
+  dump_requested = 1;
 }
 
 [[noreturn]] void fail(const std::string& message) {
@@ -243,6 +252,8 @@ generation_end run_generation(const launch& job, std::uint64_t generation) {
                                          "LOCKSTEP_GENERATION=" + std::to_string(generation)};
     if (job.replicas)
       environment.push_back("LOCKSTEP_REPLICAS_PER_WORKER=" + std::to_string(*job.replicas));
+    if (std::getenv("LOCKSTEP_DUMP_SIGNAL") == nullptr)
+      environment.push_back("LOCKSTEP_DUMP_SIGNAL=SIGUSR1");
     all[i].pid = spawn(job.program, environment, out[1], err[1]);
     ::close(out[1]);
     ::close(err[1]);
@@ -260,6 +271,12 @@ generation_end run_generation(const launch& job, std::uint64_t generation) {
         ::kill(-w.pid, signal);
   };
   for (;;) {
+    if (dump_requested != 0) { // passed on; nobody stops
+      dump_requested = 0;
+      for (const auto& w : all)
+        if (!w.status)
+          ::kill(w.pid, SIGUSR1);
+    }
     if (forwarded_signal != 0) {
       stop_all(forwarded_signal);
       if (end.code == 0)
@@ -370,6 +387,9 @@ int main(int argc, char** argv) {
   action.sa_handler = on_signal;
   for (const int s : {SIGINT, SIGTERM, SIGHUP})
     ::sigaction(s, &action, nullptr);
+  struct sigaction dump{};
+  dump.sa_handler = on_dump_signal;
+  ::sigaction(SIGUSR1, &dump, nullptr);
 
   int code = 0;
   for (std::size_t generation = 0;; ++generation) {

@@ -46,6 +46,14 @@ extern "C" void request_stop(int) {
 }
 
 int run(int argc, char** argv) {
+  // SIGUSR1 (or LOCKSTEP_DUMP_SIGNAL) writes the flight recorders of a
+  // running job (docs/timeline.md); set before any thread starts.
+  if (lockstep::get_runtime_options().dump_signal == 0) {
+    auto options = lockstep::get_runtime_options();
+    options.dump_signal = SIGUSR1;
+    lockstep::set_runtime_options(options);
+  }
+  lockstep::watch_dump_signal();
   const auto cl = fashion_mnist::parse_command_line(argc, argv);
   if (cl.help) {
     std::cout << fashion_mnist::usage();

@@ -11,6 +11,7 @@
 #include "lockstep/distributed_dataset.hpp"
 #include "lockstep/device_buffer.hpp"
 #include "lockstep/device_spec.hpp"
+#include "lockstep/diagnostics.hpp"
 #include "lockstep/dtype.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"

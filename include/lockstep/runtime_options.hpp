@@ -61,6 +61,14 @@ struct runtime_options {
   /// default. `LOCKSTEP_TIMELINE_STEPS`.
   std::string timeline_steps;
 
+  /// A signal that makes the process write its flight recorders
+  /// (lockstep::dump_flight_recorders) without stopping, e.g. SIGUSR1; 0:
+  /// none. Watched on a thread of its own with sigwait (watch_dump_signal).
+  /// `LOCKSTEP_DUMP_SIGNAL`: a name (`SIGUSR1`, `USR1`) or a number. Not
+  /// SIGKILL, SIGSTOP, or a signal the kernel raises for a fault (SIGSEGV,
+  /// SIGBUS, SIGFPE, SIGILL, SIGTRAP).
+  int dump_signal = 0;
+
   // -- limits: larger values are rejected ------------------------------------
 
   /// The longest `timeout`: 10^9 s, so that a deadline in nanoseconds
@@ -86,7 +94,8 @@ struct runtime_options {
   /// Throws `value_error` naming the field if a setting is out of range: a
   /// timeout <= 0 or above `max_timeout`, a sleep or spin < 0 or above its maximum,
   /// too many threads, a policy or log level other than the lower-case
-  /// names listed above, or timeline steps in none of the forms above.
+  /// names listed above, timeline steps in none of the forms above, or a
+  /// dump signal that is not a signal or may not be waited for.
   void validate() const;
 };
 

@@ -4,6 +4,9 @@
 #include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
 
+#include <csignal>
+#include <cstring>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -115,6 +118,31 @@ struct process_settings {
   std::atomic<const runtime_options*> current{nullptr};
 };
 
+/// "SIGUSR1", "USR1" or "10": the signal's number.
+std::optional<int> parse_signal(std::string_view text) {
+  if (text.starts_with("SIG"))
+    text.remove_prefix(3);
+  for (int s = 1; s < NSIG; ++s)
+    if (const char* name = ::sigabbrev_np(s); name != nullptr && text == name)
+      return s;
+  int number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (error != std::errc{} || end != text.data() + text.size())
+    return std::nullopt;
+  return number;
+}
+
+/// A signal sigwait may take: not one the kernel raises for a fault, nor
+/// one that cannot be blocked.
+bool dump_signal_allowed(int signal) {
+  if (signal <= 0 || signal >= NSIG)
+    return false;
+  for (const int refused : {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP})
+    if (signal == refused)
+      return false;
+  return true;
+}
+
 process_settings& settings() {
   static process_settings instance;
   return instance;
@@ -177,6 +205,14 @@ runtime_options runtime_options::from_environment() {
   }
   if (auto text = env_text("LOCKSTEP_TIMELINE"))
     result.timeline = *text;
+  if (auto text = env_text("LOCKSTEP_DUMP_SIGNAL")) {
+    const auto signal = parse_signal(trim(*text));
+    if (!signal || !dump_signal_allowed(*signal))
+      throw_bad_variable("LOCKSTEP_DUMP_SIGNAL", *text,
+                         "a signal name such as SIGUSR1, or its number, other than SIGKILL, "
+                         "SIGSTOP and the fault signals");
+    result.dump_signal = *signal;
+  }
   if (auto text = env_text("LOCKSTEP_TIMELINE_STEPS")) {
     try {
       detail::timeline_window::parse(trim(*text));
@@ -215,6 +251,9 @@ void runtime_options::validate() const {
   } catch (const value_error& e) {
     fail(std::string{"timeline_steps: "} + e.what());
   }
+  if (dump_signal != 0 && !dump_signal_allowed(dump_signal))
+    fail("dump_signal must be 0 or a signal other than SIGKILL, SIGSTOP and the fault "
+         "signals, got " + std::to_string(dump_signal));
 }
 
 // -- process-wide settings ----------------------------------------------------

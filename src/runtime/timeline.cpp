@@ -162,6 +162,8 @@ public:
       LOCKSTEP_LOG_ERROR("timeline: writing {} failed: {}", path_, std::strerror(errno));
   }
 
+  std::int64_t origin() const noexcept { return origin_; }
+
   std::shared_ptr<thread_ring> new_ring() {
     auto ring = std::make_shared<thread_ring>();
     std::lock_guard<std::mutex> lock{rings_mutex_};
@@ -334,6 +336,7 @@ struct current_recording {
   std::atomic<std::uint64_t> generation{0};
   std::atomic<std::int64_t> steps{0};    // step numbers handed out
   std::atomic<std::int64_t> latest{-1};  // the step a replica thread entered last
+  std::atomic<std::int64_t> origin{0};   // the last recording's time 0
 };
 
 current_recording& current() {
@@ -487,6 +490,10 @@ void timeline_flow(std::uint32_t track, std::uint64_t id, bool start, std::int64
   record(std::move(e));
 }
 
+std::int64_t timeline_origin() noexcept {
+  return current().origin.load(std::memory_order_relaxed);
+}
+
 std::int64_t timeline_begin_steps(std::int64_t count) noexcept {
   return current().steps.fetch_add(count, std::memory_order_relaxed);
 }
@@ -551,6 +558,7 @@ std::shared_ptr<void> timeline_hold(std::int64_t rank) {
       delete r; // drains what the threads recorded before, then writes the tail
     });
   now.recording = recording;
+  now.origin.store(recording->origin(), std::memory_order_relaxed);
   now.steps.store(0, std::memory_order_relaxed);
   now.latest.store(-1, std::memory_order_relaxed);
   now.generation.fetch_add(1, std::memory_order_acq_rel);

@@ -84,6 +84,10 @@ inline bool timeline_on() noexcept {
 /// Nanoseconds on the recording's clock (steady_clock).
 std::int64_t timeline_now() noexcept;
 
+/// timeline_now() when the current recording started (its events' time
+/// 0); 0 when none ever ran.
+std::int64_t timeline_origin() noexcept;
+
 /// Records a span [start, end] on `track` (Chrome's "X" event).
 void timeline_span(std::uint32_t track, const char* name, const char* category,
                    std::int64_t start, std::int64_t end, const timeline_args& args = {});

@@ -7,6 +7,7 @@
 #include "runtime/error_text.hpp"
 #include "runtime/spin_wait.hpp"
 #include "runtime/timeline.hpp"
+#include "strategies/flight_dump.hpp"
 #include "strategies/strategy_state.hpp"
 #include "strategies/thread_mode.hpp"
 
@@ -60,6 +61,8 @@ call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
                       const run_options& options, std::size_t steps) {
   auto scope = state.handle().scope(); // checks the context as TF's run does
+  if (!state.is_default() && !state.dumped.exchange(true, std::memory_order_relaxed))
+    register_for_dumps(state.shared_from_this());
   if (timeline_on())
     fn = traced(state, std::move(fn), timeline_begin_steps(static_cast<std::int64_t>(steps)));
   const auto timeout = checked_timeout(options.timeout.value_or(state.timeout), "run_options");

@@ -9,6 +9,8 @@
 
 #include "runtime/error_text.hpp"
 #include "runtime/timeline.hpp"
+
+#include "lockstep/diagnostics.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
 
@@ -62,6 +64,8 @@ std::shared_ptr<strategy_state> strategy_state::create(std::string name,
   auto* state = new strategy_state(std::move(name), std::move(topology), replicated,
                                    std::move(ops), timeout);
   state->timeline = std::move(timeline);
+  if (records)
+    watch_dump_signal(); // for threads started from here on
   return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
     // A posted write's captures may hold the last handle; an executor
     // cannot join its own thread, so another thread destroys the state.

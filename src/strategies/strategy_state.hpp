@@ -151,6 +151,9 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// The timeline's recording (runtime/timeline.hpp), kept while the
   /// strategy lives; null when none is asked for.
   std::shared_ptr<void> timeline;
+  /// Whether dump_flight_recorders covers this strategy: from its first
+  /// dispatch on, when it is fully built.
+  std::atomic<bool> dumped{false};
 
   /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;
