@@ -4,12 +4,19 @@
 
 #include <lockstep/lockstep.hpp>
 
+#include <csignal>
 #include <iostream>
 
 int main() {
   using namespace lockstep;
-  // LOCKSTEP_DUMP_SIGNAL=SIGUSR1 lets `kill -USR1` dump the flight recorders
-  // of a running program (docs/timeline.md); watched before threads start.
+  // `kill -USR1` writes the flight recorders of the running program
+  // (docs/timeline.md; LOCKSTEP_DUMP_SIGNAL picks another signal); watched
+  // before any thread starts.
+  if (get_runtime_options().dump_signal == 0) {
+    auto options = get_runtime_options();
+    options.dump_signal = SIGUSR1;
+    set_runtime_options(options);
+  }
   watch_dump_signal();
   mirrored_strategy strategy{cpu_devices(4)}; // one replica actor per device
 

@@ -8,11 +8,15 @@
 #include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -146,6 +150,88 @@ TEST_CASE("checkpoints of several workers: a two-phase commit, and one resume fo
   temp_folder folder;
   auto processes = start_cluster(folder, {2, 2, 2}, {"checkpoints", folder.path().string()});
   check_survivors_and_victim(processes, "ok checkpoints");
+}
+
+TEST_CASE("the workers' timelines are on the coordinator's clock, and merge into one") {
+  temp_folder folder;
+  const auto trace = (folder.path() / "trace.json").string();
+  // Worker 1's clock runs 5 s ahead: the rendezvous measures it, and its
+  // times are written on worker 0's clock all the same.
+  constexpr long long skew_ns = 5'000'000'000;
+  auto processes = start_cluster(
+    folder, {2, 2}, {"timeline"},
+    {"LOCKSTEP_TIMELINE=" + trace, "LOCKSTEP_TIMELINE_TEST_SKEW_NS=" + std::to_string(skew_ns)},
+    {"LOCKSTEP_TIMELINE=" + trace});
+  wait_all(processes, 60s);
+  require_all_ok(processes, "ok timeline");
+  const auto read = [](const std::string& path) {
+    std::ifstream in{path};
+    REQUIRE(in.good());
+    return nlohmann::json::parse(in);
+  };
+  const auto record_of = [](const nlohmann::json& t) {
+    for (const auto& e : t)
+      if (e["name"] == "lockstep")
+        return e["args"];
+    FAIL("no lockstep record");
+    return nlohmann::json{};
+  };
+  const auto zero = read(trace + ".rank-0");
+  const auto one = read(trace + ".rank-1");
+  CHECK(record_of(zero)["clock_offset_ns"] == 0);
+  const auto offset = record_of(one)["clock_offset_ns"].get<long long>();
+  const auto error = record_of(one)["clock_error_ns"].get<long long>();
+  CHECK(error > 0);
+  CHECK(std::llabs(offset + skew_ns) <= error); // the truth lies within the bound
+
+  const auto merged_path = (folder.path() / "merged.json").string();
+  auto merge = std::vector<process>{spawn({test_program("LOCKSTEP_TIMELINE_TOOL"), "merge", "-o",
+                                           merged_path, trace + ".rank-0", trace + ".rank-1"},
+                                          environment_with({}), folder.path() / "merge.txt")};
+  wait_all(merge, 30s);
+  REQUIRE_MESSAGE(merge[0].exited_ok(), merge[0].text());
+  const auto merged = read(merged_path);
+  // Every worker's events, in its file's order.
+  const auto spans_of = [](const nlohmann::json& t, long long pid) {
+    std::vector<nlohmann::json> spans;
+    for (const auto& e : t)
+      if (e["ph"] == "X" && e["pid"] == pid)
+        spans.push_back(e);
+    return spans;
+  };
+  for (const auto& [pid, file] : {std::pair{0LL, &zero}, std::pair{1LL, &one}}) {
+    CAPTURE(pid);
+    const auto before = spans_of(*file, pid);
+    const auto after = spans_of(merged, pid);
+    REQUIRE(after.size() == before.size());
+    for (std::size_t i = 0; i < after.size(); ++i)
+      CHECK(after[i]["name"] == before[i]["name"]);
+  }
+  // Each step's all_reduce meets on every replica of both workers: on the
+  // one clock, the spans overlap to within the written bound.
+  std::map<long long, std::vector<std::pair<double, double>>> by_step;
+  for (const auto& e : merged)
+    if (e["ph"] == "X" && e["name"] == "all_reduce")
+      by_step[e["args"]["step"].get<long long>()].emplace_back(
+        e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+  CHECK(by_step.size() == 5);
+  for (const auto& [step, spans] : by_step) {
+    CAPTURE(step);
+    CHECK(spans.size() == 4);
+    double latest_start = 0, earliest_end = 1e300;
+    for (const auto& [b, e] : spans) {
+      latest_start = std::max(latest_start, b);
+      earliest_end = std::min(earliest_end, e);
+    }
+    CHECK(latest_start <= earliest_end + 2.0 * static_cast<double>(error) / 1e3);
+  }
+  // One worker's file twice is refused, naming it.
+  auto refused = std::vector<process>{spawn({test_program("LOCKSTEP_TIMELINE_TOOL"), "merge", "-o",
+                                             merged_path, trace + ".rank-0", trace + ".rank-0"},
+                                            environment_with({}), folder.path() / "twice.txt")};
+  wait_all(refused, 30s);
+  CHECK(refused[0].exited_with(2));
+  CHECK(refused[0].text().find("both worker 0's") != std::string::npos);
 }
 
 TEST_CASE("a worker of an earlier generation cannot join a later one") {

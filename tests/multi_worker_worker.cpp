@@ -446,6 +446,20 @@ void checkpoints(multi_worker_mirrored_strategy& s, const std::filesystem::path&
   std::printf("ok checkpoints\n");
 }
 
+/// Five steps of one all_reduce each, for a test of the workers' timelines
+/// (LOCKSTEP_TIMELINE set by the test).
+void timeline_steps(multi_worker_mirrored_strategy& s) {
+  for (int step = 0; step < 5; ++step) {
+    const auto sums = s.run([](replica_context& ctx) {
+      return ctx.all_reduce(reduce_op::sum, tensor::scalar(1.0f));
+    });
+    for (const auto& t : sums.values())
+      require(t.as_double(0) == static_cast<double>(s.num_replicas_in_sync()),
+              "the all_reduce sums every replica");
+  }
+  std::printf("ok timeline\n");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -485,6 +499,8 @@ int main(int argc, char** argv) {
       collectives(s);
     else if (scenario == "mismatch")
       mismatch(s);
+    else if (scenario == "timeline")
+      timeline_steps(s);
     else if (scenario == "checkpoints" && args.size() > 1)
       checkpoints(s, args[1]);
     else if (scenario == "lost" && args.size() > 2)

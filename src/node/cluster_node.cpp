@@ -1,6 +1,7 @@
 #include "node/cluster_node.hpp"
 
 #include "node/control_links.hpp"
+#include "node/clock_sync.hpp"
 #include "node/rendezvous.hpp"
 #include "runtime/log.hpp"
 
@@ -67,6 +68,12 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
     joined = join_rendezvous(*context_, rendezvous);
   }
   membership_ = std::move(joined.membership);
+  // One clock for every worker's timeline: the coordinator's.
+  const auto clock_deadline = io_clock::now() + settings.join_timeout;
+  if (coordinator)
+    answer_clock_probes(joined.control, clock_deadline);
+  else
+    clock_ = probe_coordinator_clock(joined.control.front(), clock_deadline);
   const auto& next = membership_.members[(rank + 1) % spec.world_size];
   const auto next_address = resolve_endpoint(*context_, next.host, next.port,
                                              "worker " + std::to_string(next.rank) + "'s address");

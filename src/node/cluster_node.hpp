@@ -13,6 +13,7 @@
 // address; every rank accepts its ring connection at its listen address
 // (an ephemeral port where that port is 0 or the coordinator's own).
 
+#include "node/clock_sync.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/tcp_ring_communicator.hpp"
 
@@ -52,11 +53,15 @@ public:
 
   /// The collective between the workers, one rank per process.
   const std::shared_ptr<tcp_ring_communicator>& ring() const noexcept { return ring_; }
+  /// The coordinator's clock against this worker's, measured at the
+  /// rendezvous (clock_sync.hpp); zero on the coordinator.
+  const clock_estimate& clock() const noexcept { return clock_; }
 
 private:
   // Shared with the ring, whose sockets may outlive this node.
   std::shared_ptr<boost::asio::io_context> context_;
   actors::membership membership_;
+  clock_estimate clock_;
   std::shared_ptr<tcp_ring_communicator> ring_;
   std::shared_ptr<control_links> links_;
   std::shared_ptr<caf::actor_system> system_;

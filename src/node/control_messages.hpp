@@ -24,6 +24,10 @@ enum class control_kind : std::uint32_t {
   membership = 3,
   heartbeat = 4,
   collective_abort = 5,
+  // The clock exchange after the membership (clock_sync.hpp): raw
+  // little-endian numbers, not CAF-serialised structs.
+  clock_probe = 6,
+  clock_reply = 7,
 };
 
 /// A frame that is not the message expected, or does not deserialise.

@@ -14,6 +14,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -121,10 +122,36 @@ std::string json_escaped(std::string_view text) {
   return out;
 }
 
+class recorder;
+
+struct current_recording {
+  std::mutex mutex;
+  std::weak_ptr<recorder> recording;
+  std::atomic<std::uint64_t> generation{0};
+  std::atomic<std::int64_t> steps{0};    // step numbers handed out
+  std::atomic<std::int64_t> latest{-1};  // the step a replica thread entered last
+  std::atomic<std::int64_t> origin{0};   // the last recording's time 0
+  // A worker of several: the coordinator's clock minus this one's.
+  std::atomic<std::int64_t> clock_offset{0};
+  std::atomic<std::int64_t> clock_error{-1}; // -1: one process, no reference
+};
+
+current_recording& current() {
+  static auto* state = new current_recording; // threads may record until exit
+  return *state;
+}
+
 class recorder {
 public:
+  /// `rank`: this worker's, -1 alone; a worker of several writes times on
+  /// the coordinator's clock (timeline_set_clock), so that the workers'
+  /// files line up, one process alone from its start.
   recorder(std::string path, timeline_window window, std::int64_t rank)
-    : path_(std::move(path)), window_(window), rank_(rank), origin_(timeline_now()) {
+    : path_(std::move(path)),
+      window_(window),
+      rank_(std::max<std::int64_t>(rank, 0)),
+      aligned_(rank >= 0),
+      origin_(timeline_now()) {
     file_ = std::fopen(path_.c_str(), "w");
     if (file_ == nullptr)
       throw io_error("timeline: cannot write " + path_ + ": " + std::strerror(errno));
@@ -155,7 +182,8 @@ public:
                    "\"dropped_events\":" + std::to_string(dropped)
                      + ",\"written_events\":" + std::to_string(written_)
                      + ",\"steps_begun\":" + std::to_string(steps_seen_ + 1)
-                     + ",\"window\":\"" + json_escaped(describe(window_)) + "\"",
+                     + ",\"window\":\"" + json_escaped(describe(window_)) + "\""
+                     + clock_fields(),
                    true);
     std::fputs("]\n", file_);
     if (std::fclose(file_) != 0)
@@ -174,6 +202,16 @@ public:
 private:
   std::string process_name() const {
     return "worker " + std::to_string(rank_) + " (pid " + std::to_string(::getpid()) + ")";
+  }
+
+  /// The clock the times are on, for the lockstep record.
+  std::string clock_fields() const {
+    if (!aligned_)
+      return ",\"clock\":\"this process's steady clock, from the recording's start\"";
+    return ",\"clock\":\"the coordinator's (worker 0's) steady clock\",\"clock_offset_ns\":"
+           + std::to_string(current().clock_offset.load(std::memory_order_relaxed))
+           + ",\"clock_error_ns\":"
+           + std::to_string(current().clock_error.load(std::memory_order_relaxed));
   }
 
   static std::string describe(const timeline_window& w) {
@@ -230,7 +268,8 @@ private:
 
   void write(const event& e) {
     name_track(e.track);
-    const double ts = static_cast<double>(e.start - origin_) / 1e3;
+    const auto base = aligned_ ? -current().clock_offset.load(std::memory_order_relaxed) : origin_;
+    const double ts = static_cast<double>(e.start - base) / 1e3;
     std::string line;
     line.reserve(256);
     line += "{\"name\":\"";
@@ -310,6 +349,7 @@ private:
   const std::string path_;
   const timeline_window window_;
   const std::int64_t rank_; // the trace's pid: one process per worker
+  const bool aligned_;
   const std::int64_t origin_;
   std::FILE* file_ = nullptr;
 
@@ -329,20 +369,6 @@ private:
 };
 
 // -- the process's recording ----------------------------------------------------------------
-
-struct current_recording {
-  std::mutex mutex;
-  std::weak_ptr<recorder> recording;
-  std::atomic<std::uint64_t> generation{0};
-  std::atomic<std::int64_t> steps{0};    // step numbers handed out
-  std::atomic<std::int64_t> latest{-1};  // the step a replica thread entered last
-  std::atomic<std::int64_t> origin{0};   // the last recording's time 0
-};
-
-current_recording& current() {
-  static auto* state = new current_recording; // threads may record until exit
-  return *state;
-}
 
 struct thread_state {
   std::uint64_t generation = 0;
@@ -461,9 +487,22 @@ void timeline_add_wait(std::int64_t ns) noexcept {
 }
 
 std::int64_t timeline_now() noexcept {
+  static const std::int64_t skew = [] {
+    const char* text = std::getenv("LOCKSTEP_TIMELINE_TEST_SKEW_NS");
+    std::int64_t value = 0;
+    if (text != nullptr)
+      std::from_chars(text, text + std::strlen(text), value); // a test's own number
+    return value;
+  }();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
            std::chrono::steady_clock::now().time_since_epoch())
-    .count();
+           .count()
+         + skew;
+}
+
+void timeline_set_clock(std::int64_t offset_ns, std::int64_t error_ns) noexcept {
+  current().clock_offset.store(offset_ns, std::memory_order_relaxed);
+  current().clock_error.store(error_ns, std::memory_order_relaxed);
 }
 
 void timeline_span(std::uint32_t track, const char* name, const char* category,
@@ -548,8 +587,7 @@ std::shared_ptr<void> timeline_hold(std::int64_t rank) {
   if (auto running = now.recording.lock())
     return running;
   auto recording = std::shared_ptr<recorder>(
-    new recorder(std::move(path), timeline_window::parse(options.timeline_steps),
-                 std::max<std::int64_t>(rank, 0)),
+    new recorder(std::move(path), timeline_window::parse(options.timeline_steps), rank),
     [](recorder* r) {
       // Under the lock, so that a recording started next opens the file
       // only once this one has written its tail.
@@ -559,6 +597,8 @@ std::shared_ptr<void> timeline_hold(std::int64_t rank) {
     });
   now.recording = recording;
   now.origin.store(recording->origin(), std::memory_order_relaxed);
+  now.clock_offset.store(0, std::memory_order_relaxed);
+  now.clock_error.store(rank >= 0 ? 0 : -1, std::memory_order_relaxed);
   now.steps.store(0, std::memory_order_relaxed);
   now.latest.store(-1, std::memory_order_relaxed);
   now.generation.fetch_add(1, std::memory_order_acq_rel);

@@ -81,8 +81,17 @@ inline bool timeline_on() noexcept {
   return __builtin_expect(timeline_enabled.load(std::memory_order_relaxed), false);
 }
 
-/// Nanoseconds on the recording's clock (steady_clock).
+/// Nanoseconds on the recording's clock: steady_clock, plus the test hook
+/// LOCKSTEP_TIMELINE_TEST_SKEW_NS (a whole number of nanoseconds, read
+/// once), which shifts this process's clock to show that the workers'
+/// timelines are aligned (clock_sync.hpp) whatever their clocks say.
 std::int64_t timeline_now() noexcept;
+
+/// A worker of several: the coordinator's clock minus this one's
+/// (`offset_ns`, right to within `error_ns`), measured at the rendezvous.
+/// The recording writes its times on the coordinator's clock from then
+/// on, and both figures in its `lockstep` record.
+void timeline_set_clock(std::int64_t offset_ns, std::int64_t error_ns) noexcept;
 
 /// timeline_now() when the current recording started (its events' time
 /// 0); 0 when none ever ran.

@@ -9,6 +9,7 @@
 #include "node/cluster_node.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
+#include "runtime/timeline.hpp"
 #include "strategies/mirrored_devices.hpp"
 #include "strategies/strategy_state.hpp"
 
@@ -107,6 +108,7 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
                                                           spec.local_world_size);
   auto state = detail::strategy_state::create(std::move(name), std::move(topology), true,
                                               std::move(ops), timeout);
+  detail::timeline_set_clock(node->clock().offset_ns, node->clock().error_ns);
   state->cluster = std::move(node);
   state->initial_value_from_chief = [ring, worker, timeout](const tensor& initial,
                                                             const std::string& variable) {

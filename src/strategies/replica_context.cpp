@@ -129,8 +129,9 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
     span.args.bytes = 0;
     for (const auto& v : values)
       span.args.bytes += static_cast<std::int64_t>(v.byte_size());
+    // The session numbers this process's replicas: the local index.
     span.args.seq = static_cast<std::int64_t>(
-      std::max(collectives.communicator->session().next_seq(rank), collective_floor_));
+      std::max(collectives.communicator->session().next_seq(replica_id_), collective_floor_));
     detail::timeline_args::copy(span.args.algorithm, state_->ops->name());
     detail::timeline_take_wait();
   }
