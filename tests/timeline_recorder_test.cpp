@@ -10,6 +10,7 @@
 #include "lockstep/runtime_options.hpp"
 
 #include "file_support.hpp"
+#include "timeline_support.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -25,24 +26,6 @@ using namespace lockstep::detail;
 using json = nlohmann::json;
 
 namespace {
-
-struct timeline_options {
-  explicit timeline_options(const std::string& path, const std::string& steps = "")
-    : previous(get_runtime_options()) {
-    auto options = previous;
-    options.timeline = path;
-    options.timeline_steps = steps;
-    set_runtime_options(options);
-  }
-  ~timeline_options() { set_runtime_options(previous); }
-  runtime_options previous;
-};
-
-json read_trace(const std::filesystem::path& path) {
-  std::ifstream in{path};
-  REQUIRE(in.good());
-  return json::parse(in);
-}
 
 json lockstep_record(const json& trace) {
   for (const auto& e : trace)

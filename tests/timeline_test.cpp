@@ -7,6 +7,7 @@
 #include "lockstep/lockstep.hpp"
 
 #include "file_support.hpp"
+#include "timeline_support.hpp"
 #include "test_support.hpp"
 
 #include <doctest/doctest.h>
@@ -27,19 +28,6 @@ using json = nlohmann::json;
 
 namespace {
 
-/// Sets the timeline options for one test and puts the old ones back.
-struct timeline_options {
-  explicit timeline_options(const std::string& path, const std::string& steps = "")
-    : previous(get_runtime_options()) {
-    auto options = previous;
-    options.timeline = path;
-    options.timeline_steps = steps;
-    set_runtime_options(options);
-  }
-  ~timeline_options() { set_runtime_options(previous); }
-  runtime_options previous;
-};
-
 /// The known program: 2 replicas; each step one all_reduce, one merge_call
 /// whose merge function updates a mirrored variable.
 void run_known_program(int steps) {
@@ -59,12 +47,6 @@ void run_known_program(int steps) {
         sum);
     });
   CHECK(w->primary().read_value().as_double(0) == steps);
-}
-
-json read_trace(const std::filesystem::path& path) {
-  std::ifstream in{path};
-  REQUIRE(in.good());
-  return json::parse(in); // throws on a file that is not JSON
 }
 
 /// Track names by tid.
