@@ -175,7 +175,7 @@ public:
     for (auto& [step, events] : tail_)
       for (const auto& e : events)
         write(e);
-    std::uint64_t dropped = 0;
+    std::uint64_t dropped = dropped_by_ended_;
     for (const auto& ring : rings_)
       dropped += ring->dropped.load(std::memory_order_relaxed);
     write_metadata("lockstep", 0,
@@ -243,6 +243,21 @@ private:
     for (const auto& ring : rings)
       ring->drain([this](const event& e) { take(e); });
     std::fflush(file_);
+    // A ring held here alone belonged to a thread that has ended: drained
+    // once more (it may have written after the drain above), it goes, so
+    // short-lived threads cost nothing lasting.
+    rings.clear();
+    std::lock_guard<std::mutex> lock{rings_mutex_};
+    std::erase_if(rings_, [this](const std::shared_ptr<thread_ring>& ring) {
+      if (ring.use_count() > 1)
+        return false;
+      // Pairs with the release of the thread's last reference: its last
+      // events are visible.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      ring->drain([this](const event& e) { take(e); });
+      dropped_by_ended_ += ring->dropped.load(std::memory_order_relaxed);
+      return true;
+    });
   }
 
   void take(const event& e) {
@@ -355,6 +370,7 @@ private:
 
   std::mutex rings_mutex_;
   std::vector<std::shared_ptr<thread_ring>> rings_;
+  std::uint64_t dropped_by_ended_ = 0; // the events the ended threads' rings dropped
 
   std::mutex mutex_; // guards stopping_
   std::condition_variable wake_;
