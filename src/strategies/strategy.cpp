@@ -61,7 +61,8 @@ call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
                       const run_options& options, std::size_t steps) {
   auto scope = state.handle().scope(); // checks the context as TF's run does
-  if (!state.is_default() && !state.dumped.exchange(true, std::memory_order_relaxed))
+  if (!state.is_default() && !state.dumped.load(std::memory_order_relaxed)
+      && !state.dumped.exchange(true, std::memory_order_relaxed))
     register_for_dumps(state.shared_from_this());
   if (timeline_on())
     fn = traced(state, std::move(fn), timeline_begin_steps(static_cast<std::int64_t>(steps)));

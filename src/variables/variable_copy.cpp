@@ -5,6 +5,7 @@
 
 #include "lockstep/error.hpp"
 
+#include <optional>
 #include <utility>
 
 namespace lockstep::detail {
@@ -42,7 +43,9 @@ void variable_copy::post(std::uint64_t seq, std::shared_ptr<const variable_write
   }
   executor_->post([self = shared_from_this(), seq, write = std::move(write),
                    step = timeline_on() ? timeline_step() : -1]() mutable {
-    const timeline_step_scope posted_in{step};
+    std::optional<timeline_step_scope> posted_in; // only while a timeline records
+    if (step >= 0)
+      posted_in.emplace(step);
     self->deliver(seq, std::move(write));
   });
 }
