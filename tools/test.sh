@@ -8,4 +8,11 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 tools/build.sh
+# The CUDA backend is built wherever the toolkit is (its failure to build
+# fails the build above); its 'gpu' suite skips (exit 77) without a device.
+if [[ -x build/tests/gpu_smoke_test ]]; then
+  echo "test.sh: CUDA backend built (toolkit under /usr/local/cuda); the 'gpu' suite skips without a device"
+else
+  echo "test.sh: CUDA backend skipped (no CUDA toolkit under /usr/local/cuda)"
+fi
 meson test -C build --print-errorlogs "$@"
