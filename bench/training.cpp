@@ -189,18 +189,16 @@ double lockstep_training(const training_data& data, const options& opts, std::si
 /// (empty: off); the options are put back afterwards.
 double with_timeline(const std::string& path, const training_data& data, const options& opts,
                      std::size_t replicas) {
-  const auto previous = lockstep::get_runtime_options();
-  auto changed = previous;
-  changed.timeline = path;
-  lockstep::set_runtime_options(changed);
-  try {
-    const auto rate = lockstep_training(data, opts, replicas, timeline_steps_per_call);
-    lockstep::set_runtime_options(previous);
-    return rate;
-  } catch (...) {
-    lockstep::set_runtime_options(previous);
-    throw;
-  }
+  struct timeline_set {
+    lockstep::runtime_options previous = lockstep::get_runtime_options();
+    explicit timeline_set(const std::string& path) {
+      auto changed = previous;
+      changed.timeline = path;
+      lockstep::set_runtime_options(changed);
+    }
+    ~timeline_set() { lockstep::set_runtime_options(previous); }
+  } set{path};
+  return lockstep_training(data, opts, replicas, timeline_steps_per_call);
 }
 
 /// One entry of the --json "targets" array, as the other benchmarks write it.

@@ -5,6 +5,7 @@
 // users. MULTI_WORKER_PROGRAM and LOCKSTEP_RUN (set by meson) name the two
 // programs.
 
+#include "timeline_support.hpp"
 #include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
@@ -15,7 +16,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -164,11 +164,6 @@ TEST_CASE("the workers' timelines are on the coordinator's clock, and merge into
     {"LOCKSTEP_TIMELINE=" + trace});
   wait_all(processes, 60s);
   require_all_ok(processes, "ok timeline");
-  const auto read = [](const std::string& path) {
-    std::ifstream in{path};
-    REQUIRE(in.good());
-    return nlohmann::json::parse(in);
-  };
   const auto record_of = [](const nlohmann::json& t) {
     for (const auto& e : t)
       if (e["name"] == "lockstep")
@@ -176,8 +171,8 @@ TEST_CASE("the workers' timelines are on the coordinator's clock, and merge into
     FAIL("no lockstep record");
     return nlohmann::json{};
   };
-  const auto zero = read(trace + ".rank-0");
-  const auto one = read(trace + ".rank-1");
+  const auto zero = read_trace(trace + ".rank-0");
+  const auto one = read_trace(trace + ".rank-1");
   CHECK(record_of(zero)["clock_offset_ns"] == 0);
   const auto offset = record_of(one)["clock_offset_ns"].get<long long>();
   const auto error = record_of(one)["clock_error_ns"].get<long long>();
@@ -190,7 +185,7 @@ TEST_CASE("the workers' timelines are on the coordinator's clock, and merge into
                                           environment_with({}), folder.path() / "merge.txt")};
   wait_all(merge, 30s);
   REQUIRE_MESSAGE(merge[0].exited_ok(), merge[0].text());
-  const auto merged = read(merged_path);
+  const auto merged = read_trace(merged_path);
   // Every worker's events, in its file's order.
   const auto spans_of = [](const nlohmann::json& t, long long pid) {
     std::vector<nlohmann::json> spans;

@@ -13,6 +13,7 @@
 
 #include "child_process.hpp"
 #include "file_support.hpp"
+#include "timeline_support.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -349,9 +350,7 @@ TEST_CASE("an unwritable metrics or plot path is reported before training, and n
 TEST_CASE("--slow-replica and --slow-input show in the timeline as a straggler and input waits") {
   const workspace w;
   const auto spans_of = [](const fs::path& path) {
-    std::ifstream in{path};
-    REQUIRE(in.good());
-    const auto trace = nlohmann::json::parse(in);
+    const auto trace = read_trace(path);
     std::map<int, std::string> rows;
     for (const auto& e : trace)
       if (e["ph"] == "M" && e["name"] == "thread_name")
@@ -438,8 +437,7 @@ TEST_CASE("SIGUSR1 makes a running job write its flight recorders, and it goes o
   CHECK(WEXITSTATUS(status) == 0); // the signal stopped nothing
   const auto dump = w.dir.path() / ("flight-" + std::to_string(child) + "-0.json");
   REQUIRE(fs::exists(dump));
-  std::ifstream in{dump};
-  const auto events = nlohmann::json::parse(in);
+  const auto events = read_trace(dump);
   const auto collectives = std::count_if(events.begin(), events.end(), [](const auto& e) {
     return e["name"] == "collective";
   });

@@ -13,6 +13,8 @@
 // its own clock), two files of one worker, or a file that does not parse
 // is an error naming it (exit status 2).
 
+#include "trace_file.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -34,23 +36,6 @@ constexpr const char* usage = "usage: lockstep-timeline merge -o OUT.json TRACE.
   throw std::invalid_argument(what);
 }
 
-json read_trace(const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    fail("cannot read " + path);
-  json trace;
-  try {
-    trace = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(path + " is not JSON: " + e.what());
-  }
-  if (trace.is_object() && trace.contains("traceEvents"))
-    trace = trace["traceEvents"];
-  if (!trace.is_array())
-    fail(path + " is not a trace-event array");
-  return trace;
-}
-
 /// The file's `lockstep` record, which says whose clock its times are on.
 const json& lockstep_record(const json& trace, const std::string& path) {
   for (const auto& e : trace)
@@ -68,7 +53,7 @@ int merge(const std::string& output, const std::vector<std::string>& inputs) {
   json workers = json::array();
   double earliest = std::numeric_limits<double>::max();
   for (const auto& path : inputs) {
-    auto trace = read_trace(path);
+    auto trace = read_trace_file(path);
     const auto& record = lockstep_record(trace, path);
     const auto& args = record["args"];
     if (!args.contains("clock_offset_ns"))

@@ -9,6 +9,8 @@
 // status 0, or 2 with a message naming the problem (unreadable or
 // malformed trace, bad option, nothing to draw).
 
+#include "trace_file.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -128,19 +130,7 @@ struct track {
 };
 
 int run(const options& o) {
-  std::ifstream in{o.input};
-  if (!in)
-    fail("cannot read " + o.input);
-  json trace;
-  try {
-    trace = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(o.input + " is not JSON: " + e.what());
-  }
-  if (trace.is_object() && trace.contains("traceEvents"))
-    trace = trace["traceEvents"];
-  if (!trace.is_array())
-    fail(o.input + " is not a trace-event array");
+  const auto trace = read_trace_file(o.input);
 
   std::map<std::pair<long long, long long>, track> tracks; // by (pid, tid)
   std::vector<json> spans;

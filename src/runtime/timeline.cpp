@@ -5,6 +5,8 @@
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -105,21 +107,11 @@ std::string default_name(track_kind kind, std::uint32_t index) {
 
 // -- the recording ---------------------------------------------------------------------
 
-std::string json_escaped(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof code, "\\u%04x", c);
-      out += code;
-    } else {
-      out += c;
-    }
-  }
-  return out;
+/// `text` as a JSON string, quotes included (bytes that are not UTF-8
+/// replaced, never an exception).
+std::string json_string(std::string_view text) {
+  return nlohmann::json(std::string{text}).dump(-1, ' ', false,
+                                                nlohmann::json::error_handler_t::replace);
 }
 
 class recorder;
@@ -156,7 +148,7 @@ public:
     if (file_ == nullptr)
       throw io_error("timeline: cannot write " + path_ + ": " + std::strerror(errno));
     std::fputs("[\n", file_);
-    write_metadata("process_name", 0, "\"name\":\"" + json_escaped(process_name()) + "\"");
+    write_metadata("process_name", 0, "\"name\":" + json_string(process_name()));
     write_metadata("process_sort_index", 0, "\"sort_index\":" + std::to_string(rank_));
     writer_ = std::thread{[this] { write_loop(); }};
   }
@@ -182,7 +174,7 @@ public:
                    "\"dropped_events\":" + std::to_string(dropped)
                      + ",\"written_events\":" + std::to_string(written_)
                      + ",\"steps_begun\":" + std::to_string(steps_seen_ + 1)
-                     + ",\"window\":\"" + json_escaped(describe(window_)) + "\""
+                     + ",\"window\":" + json_string(describe(window_))
                      + clock_fields(),
                    true);
     std::fputs("]\n", file_);
@@ -234,30 +226,27 @@ private:
 
   /// Takes every ring's events: those of steps at the window's head are
   /// written, the last `last` steps are kept for the end, the rest dropped.
+  /// A ring held by the recorder alone belonged to a thread that has ended:
+  /// drained a last time, it goes, so short-lived threads cost nothing
+  /// lasting.
   void drain() {
-    std::vector<std::shared_ptr<thread_ring>> rings;
+    std::vector<std::shared_ptr<thread_ring>> live;
+    std::vector<std::shared_ptr<thread_ring>> ended;
     {
       std::lock_guard<std::mutex> lock{rings_mutex_};
-      rings = rings_;
+      for (const auto& ring : rings_)
+        (ring.use_count() == 1 ? ended : live).push_back(ring);
+      rings_ = live;
     }
-    for (const auto& ring : rings)
-      ring->drain([this](const event& e) { take(e); });
-    std::fflush(file_);
-    // A ring held here alone belonged to a thread that has ended: drained
-    // once more (it may have written after the drain above), it goes, so
-    // short-lived threads cost nothing lasting.
-    rings.clear();
-    std::lock_guard<std::mutex> lock{rings_mutex_};
-    std::erase_if(rings_, [this](const std::shared_ptr<thread_ring>& ring) {
-      if (ring.use_count() > 1)
-        return false;
-      // Pairs with the release of the thread's last reference: its last
-      // events are visible.
-      std::atomic_thread_fence(std::memory_order_acquire);
-      ring->drain([this](const event& e) { take(e); });
+    // Pairs with the release of an ended thread's last reference: its last
+    // events are visible.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    for (const auto* rings : {&live, &ended})
+      for (const auto& ring : *rings)
+        ring->drain([this](const event& e) { take(e); });
+    for (const auto& ring : ended)
       dropped_by_ended_ += ring->dropped.load(std::memory_order_relaxed);
-      return true;
-    });
+    std::fflush(file_);
   }
 
   void take(const event& e) {
@@ -267,25 +256,28 @@ private:
       write(e);
       return;
     }
-    if (window_.to >= 0 || window_.every > 0 || window_.last <= 0)
-      return;
-    // The tail: buckets for the newest `last` steps seen, oldest first.
-    if (step <= steps_seen_ - window_.last)
+    // The tail: buckets for the newest steps seen, oldest first.
+    const auto kept = window_.kept_last();
+    if (step <= steps_seen_ - kept)
       return;
     auto at = std::find_if(tail_.begin(), tail_.end(),
                            [step](const auto& bucket) { return bucket.first >= step; });
     if (at == tail_.end() || at->first != step)
       at = tail_.insert(at, {step, {}});
     at->second.push_back(e);
-    while (!tail_.empty() && tail_.front().first <= steps_seen_ - window_.last)
+    while (!tail_.empty() && tail_.front().first <= steps_seen_ - kept)
       tail_.pop_front();
   }
 
   void write(const event& e) {
     name_track(e.track);
     const auto base = aligned_ ? -current().clock_offset.load(std::memory_order_relaxed) : origin_;
-    const double ts = static_cast<double>(e.start - base) / 1e3;
     std::string line;
+    const auto micros = [&line](const char* key, std::int64_t ns) {
+      char number[64];
+      std::snprintf(number, sizeof number, ",\"%s\":%.3f", key, static_cast<double>(ns) / 1e3);
+      line += number;
+    };
     line.reserve(256);
     line += "{\"name\":\"";
     line += e.name;
@@ -295,13 +287,9 @@ private:
     line += e.phase;
     line += "\",\"pid\":" + std::to_string(rank_) + ",\"tid\":";
     line += std::to_string(e.track);
-    char number[64];
-    std::snprintf(number, sizeof number, ",\"ts\":%.3f", ts);
-    line += number;
+    micros("ts", e.start - base);
     if (e.phase == 'X') {
-      std::snprintf(number, sizeof number, ",\"dur\":%.3f",
-                    static_cast<double>(e.end - e.start) / 1e3);
-      line += number;
+      micros("dur", e.end - e.start);
     } else {
       line += ",\"id\":" + std::to_string(e.flow_id);
       if (e.phase == 'f')
@@ -311,7 +299,7 @@ private:
     const auto& a = e.args;
     const auto text = [&](const char* key, const char* value) {
       if (value != nullptr && *value != '\0')
-        line += std::string{",\""} + key + "\":\"" + json_escaped(value) + "\"";
+        line += std::string{",\""} + key + "\":" + json_string(value);
     };
     const auto count = [&](const char* key, std::int64_t value) {
       if (value >= 0)
@@ -323,14 +311,10 @@ private:
     text("label", a.label);
     count("bytes", a.bytes);
     count("seq", a.seq);
-    if (a.wait_ns >= 0) {
-      std::snprintf(number, sizeof number, ",\"wait_us\":%.3f", a.wait_ns / 1e3);
-      line += number;
-    }
-    if (a.reduce_ns >= 0) {
-      std::snprintf(number, sizeof number, ",\"reduce_us\":%.3f", a.reduce_ns / 1e3);
-      line += number;
-    }
+    if (a.wait_ns >= 0)
+      micros("wait_us", a.wait_ns);
+    if (a.reduce_ns >= 0)
+      micros("reduce_us", a.reduce_ns);
     line += "}},\n";
     std::fputs(line.c_str(), file_);
     ++written_;
@@ -351,7 +335,7 @@ private:
       name = registry.names.at(track);
       order = registry.order.at(track);
     }
-    write_metadata("thread_name", track, "\"name\":\"" + json_escaped(name) + "\"");
+    write_metadata("thread_name", track, "\"name\":" + json_string(name));
     write_metadata("thread_sort_index", track, "\"sort_index\":" + std::to_string(order));
   }
 
@@ -422,13 +406,16 @@ void record(event&& e) {
   ring->push(e);
 }
 
+[[noreturn]] void bad_steps(std::string_view text) {
+  throw value_error("timeline steps: '" + std::string{text}
+                    + "' is not \"first:F,last:L\", \"A-B\" or \"every:K\" with whole numbers");
+}
+
 std::int64_t parse_count(std::string_view text, std::string_view whole) {
   std::int64_t value = -1;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc{} || end != text.data() + text.size() || value < 0)
-    throw value_error("timeline steps: '" + std::string{whole}
-                      + "' is not \"first:F,last:L\", \"A-B\" or \"every:K\" with whole "
-                        "numbers");
+    bad_steps(whole);
   return value;
 }
 
@@ -449,16 +436,14 @@ timeline_window timeline_window::parse(std::string_view text) {
   if (text.starts_with("first:")) {
     const auto comma = text.find(",last:");
     if (comma == std::string_view::npos)
-      throw value_error("timeline steps: '" + std::string{text}
-                        + "' is not \"first:F,last:L\", \"A-B\" or \"every:K\"");
+      bad_steps(text);
     w.first = parse_count(text.substr(6, comma - 6), text);
     w.last = parse_count(text.substr(comma + 6), text);
     return w;
   }
   const auto dash = text.find('-');
   if (dash == std::string_view::npos)
-    throw value_error("timeline steps: '" + std::string{text}
-                      + "' is not \"first:F,last:L\", \"A-B\" or \"every:K\"");
+    bad_steps(text);
   w.from = parse_count(text.substr(0, dash), text);
   w.to = parse_count(text.substr(dash + 1), text);
   if (w.to < w.from)

@@ -46,6 +46,9 @@ struct timeline_window {
   static timeline_window parse(std::string_view text);
   /// Whether step `step` is written as soon as it is drained.
   bool at_head(std::int64_t step) const noexcept;
+  /// How many of the newest steps are held to be written at the end:
+  /// `last` in the first/last form, else none.
+  std::int64_t kept_last() const noexcept { return to < 0 && every == 0 ? last : 0; }
 };
 
 /// Who a span belongs to: one track per replica, per device's variable

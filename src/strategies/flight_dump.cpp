@@ -4,6 +4,7 @@
 
 #include "lockstep/diagnostics.hpp"
 
+#include "io/atomic_file.hpp"
 #include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
 #include "strategies/flight_dump.hpp"
@@ -18,10 +19,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -106,18 +105,12 @@ std::filesystem::path dump_flight_recorders() {
   events.push_back(json{{"name", "lockstep"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
                     {"args", {{"strategies", alive.size()}, {"dumped_at_us", now_us}}}});
 
-  const auto& timeline = get_runtime_options().timeline;
-  const auto folder = timeline.empty() ? std::filesystem::path{"."}
-                                       : std::filesystem::path{timeline}.parent_path();
-  const auto n = r.dumps.fetch_add(1);
-  const auto path = (folder.empty() ? std::filesystem::path{"."} : folder)
-                    / ("flight-" + std::to_string(pid) + "-" + std::to_string(n) + ".json");
-  std::ofstream out{path};
-  out << events.dump(1) << "\n";
-  out.flush();
-  if (!out)
-    throw io_error("dump_flight_recorders: cannot write " + path.string() + ": "
-                   + std::strerror(errno));
+  auto folder = std::filesystem::path{get_runtime_options().timeline}.parent_path();
+  if (folder.empty())
+    folder = "."; // no timeline, or one in the current directory
+  const auto path = folder / ("flight-" + std::to_string(pid) + "-"
+                              + std::to_string(r.dumps.fetch_add(1)) + ".json");
+  detail::write_file_atomically(path, events.dump(1) + "\n"); // io_error naming the file
   return path;
 }
 
