@@ -22,6 +22,10 @@ const char* to_string(control_kind kind) noexcept {
       return "heartbeat";
     case control_kind::collective_abort:
       return "collective_abort";
+    case control_kind::clock_probe:
+      return "clock_probe";
+    case control_kind::clock_reply:
+      return "clock_reply";
   }
   return "unknown";
 }
