@@ -237,11 +237,95 @@ private:
   std::size_t num_packs_;
 };
 
+/// lockstep's own all-reduce for replicas whose buffers one kernel can
+/// reach: the K replicas of one physical GPU (TF's logical GPUs), or host
+/// memory. One kernel reads the K components and writes the result to each
+/// replica's new buffer (2K·S bytes moved for K components of S bytes),
+/// combining them in replica order as reduction_to_one_device does, so the
+/// results are bit-identical to it. Replicas on several physical GPUs are
+/// reduced per GPU by that kernel, the GPUs' partial results then as by
+/// reduction_to_one_device on the first GPU (MEAN divides once, by the
+/// number of replicas), and the result copied back to every replica: the
+/// association of the additions then differs from the CPU's. Components
+/// that are not one per destination device reduce to one device. On
+/// CUDA memory the work runs on the replicas' streams, ordered by events;
+/// nothing waits on the host. In a strategy whose devices share one memory,
+/// `replica_context::all_reduce` runs on the replica threads themselves,
+/// which meet in a collective group (fingerprints, timeouts, the flight
+/// recorder) and one of which launches the kernel, without merge_call.
+class on_device_all_reduce final : public cross_device_ops {
+public:
+  std::string name() const override;
+
+protected:
+  mirrored<tensor> reduce_implementation(reduce_op op, const per_replica<tensor>& value,
+                                         const destinations& destination) override;
+
+private:
+  detail::replica_collectives
+  replica_collectives(const std::vector<device_spec>& devices,
+                      const std::string& name) const override;
+};
+
+/// Settings of `nccl_all_reduce`.
+struct nccl_all_reduce_options {
+  /// How long a collective may take before its communicator is aborted
+  /// (ncclCommAbort) and the call throws timeout_error.
+  std::chrono::milliseconds timeout{std::chrono::seconds{300}};
+  /// How `batch_reduce` groups consecutive tensors over the same GPUs:
+  /// each pack is one NCCL group call (ncclGroupStart/End around one
+  /// ncclAllReduce per tensor and replica); `num_packs` splits a run into
+  /// that many packs of nearly equal tensor counts, else a pack closes once
+  /// it holds `bytes_per_pack` bytes (0: the whole run).
+  pack_options packing;
+};
+
+namespace detail {
+struct nccl_all_reduce_state;
+}
+
+/// TF's NcclAllReduce: an all-reduce with NCCL over replicas on distinct
+/// physical GPUs of this process (NCCL 2.28 refuses two ranks on one GPU;
+/// `choose_the_best` picks `on_device_all_reduce` there). One communicator
+/// per group of GPUs, created on first use (ncclCommInitAll) and kept; each
+/// replica's part runs on its GPU's stream. SUM, MIN, MAX and PROD are
+/// NCCL's; MEAN is SUM followed by a division on each GPU, as the other
+/// algorithms do it, so integer MEAN truncates. NCCL's order of summation
+/// is its own: floating results may differ from the CPU's in the last bits
+/// (docs/gpu.md states the bound). A watchdog thread polls each
+/// collective's completion and ncclCommGetAsyncError; an asynchronous error
+/// or the timeout aborts the communicator (ncclCommAbort) and the call
+/// throws device_error or timeout_error; the next call makes a new
+/// communicator. One component on its one destination is a single-rank
+/// communicator; components not one per destination GPU reduce to one
+/// device. Throws device_error for components not in CUDA memory, and
+/// where lockstep was built without NCCL.
+class nccl_all_reduce final : public cross_device_ops {
+public:
+  explicit nccl_all_reduce(nccl_all_reduce_options options = {});
+  ~nccl_all_reduce() override;
+
+  std::string name() const override;
+
+protected:
+  mirrored<tensor> reduce_implementation(reduce_op op, const per_replica<tensor>& value,
+                                         const destinations& destination) override;
+
+  std::vector<mirrored<tensor>>
+  batch_reduce_implementation(reduce_op op, const std::vector<reduce_pair>& pairs) override;
+
+private:
+  std::unique_ptr<detail::nccl_all_reduce_state> state_;
+};
+
 /// TF's `choose_the_best(devices)`: a list of CPU devices only (or an empty
 /// list) gets `slice_all_reduce` (TF picks ReductionToOneDevice there; the
 /// slice all-reduce gives the same results bit for bit and runs at memory
-/// speed); a list with any GPU or other device gets
-/// `reduction_to_one_device` until the NCCL backend exists.
+/// speed). A list of GPUs in CUDA memory gets `nccl_all_reduce` when
+/// lockstep has NCCL and each device is a physical GPU of its own (at
+/// least two), else `on_device_all_reduce` (logical GPUs sharing a
+/// physical one). Any other list (GPUs that are host memory for want of a
+/// CUDA device, other accelerators, a mix) gets `reduction_to_one_device`.
 std::shared_ptr<cross_device_ops>
 choose_the_best(const std::vector<device_spec>& devices);
 

@@ -15,6 +15,7 @@
 #include "lockstep/dtype.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"
+#include "lockstep/gpu.hpp"
 #include "lockstep/idx.hpp"
 #include "lockstep/input_context.hpp"
 #include "lockstep/mirrored_strategy.hpp"

@@ -24,8 +24,9 @@ std::string shape_to_string(const shape_t& shape);
 
 /// A dense, row-major array of one dtype in a reference-counted buffer that
 /// belongs to the canonical device it lives on: memory of that device's
-/// kind (host memory, 64-byte aligned, for CPU devices and, until the CUDA
-/// kind exists, for GPU devices too). Element access from the host
+/// kind (host memory, 64-byte aligned, for CPU devices; CUDA memory for GPU
+/// devices where lockstep has the CUDA backend and a device, else host
+/// memory too: docs/gpu.md). Element access from the host
 /// (`data()`, `raw_data()`, `at()`, `as_double()`, `to_string()`, `==`)
 /// throws device_error for a buffer the host cannot read; `to(device)`
 /// copies it to a host device first.
@@ -192,8 +193,8 @@ private:
   lockstep::dtype dtype_;
   shape_t shape_;
   std::int64_t num_elements_;
+  device_spec device_; // before buffer_: the allocation needs the device
   device_buffer buffer_;
-  device_spec device_;
 };
 
 /// Same dtype, shape and element values (compared as the element type, so

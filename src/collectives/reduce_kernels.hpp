@@ -12,6 +12,7 @@
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 
+#include "devices/device_registry.hpp"
 #include "devices/elementwise_loops.hpp"
 
 #include <cstddef>
@@ -25,6 +26,8 @@ namespace lockstep::detail {
 inline tensor start_reduction(const tensor& first, const device_spec& device) {
   if (!is_half(first.dtype()))
     return first.to(device);
+  if (!first.buffer().host_accessible() || !kind_of(device).host_accessible)
+    return converted(first.to(device), dtype::f32); // a device kind's convert kernel
   auto wide = tensor::uninitialized(dtype::f32, first.shape(), device);
   visit_dtype(first.dtype(), [&]<class T>(T) {
     if constexpr (is_half_v<T>)
@@ -37,6 +40,17 @@ inline tensor start_reduction(const tensor& first, const device_spec& device) {
 /// (MEAN divides once, in `finish_reduction`), multiply_into for PROD,
 /// min_into and max_into for MIN and MAX. Throws as those kernels do.
 inline void combine_into(reduce_op op, tensor& accumulator, const tensor& x) {
+  if (&kind_of(accumulator) != &kind_of(x)) { // e.g. GPU replicas reduced to /cpu:0
+    combine_into(op, accumulator, x.to(accumulator.device()));
+    return;
+  }
+  if (accumulator.dtype() == dtype::f32 && is_half(x.dtype())
+      && !(accumulator.buffer().host_accessible() && x.buffer().host_accessible())) {
+    // Device memory: widened by the kind's convert kernel (exact), then
+    // combined in float32, which is what combine_widened computes.
+    combine_into(op, accumulator, converted(x, dtype::f32));
+    return;
+  }
   if (accumulator.dtype() == dtype::f32 && is_half(x.dtype())) { // start_reduction's
     if (accumulator.shape() != x.shape())
       throw shape_error("combine_into: shape " + shape_to_string(accumulator.shape()) + " vs "
@@ -87,6 +101,10 @@ inline void finish_reduction(reduce_op op, tensor& total, std::size_t count,
     divide_into(total, static_cast<std::int64_t>(count));
   if (total.dtype() == type)
     return;
+  if (!total.buffer().host_accessible()) {
+    total = converted(total, type);
+    return;
+  }
   auto rounded = tensor::uninitialized(type, total.shape(), total.device());
   visit_dtype(type, [&]<class T>(T) {
     if constexpr (is_half_v<T>)

@@ -2,19 +2,36 @@
 
 #include "lockstep/cross_device_ops.hpp"
 
+#include "lockstep/config.hpp"
+
+#include "devices/device_registry.hpp"
+
 #include <algorithm>
+#include <set>
 
 namespace lockstep {
 
 std::shared_ptr<cross_device_ops> choose_the_best(const std::vector<device_spec>& devices) {
-  // TF picks NCCL when every device is a GPU and NCCL is available; there is
-  // no NCCL backend yet, so any list with a GPU (or another accelerator)
-  // reduces to one device. An empty list counts as all CPU.
+  // An empty list counts as all CPU.
   const bool all_cpu = std::all_of(devices.begin(), devices.end(),
                                    [](const device_spec& d) { return d.is_cpu(); });
   if (all_cpu)
     return std::make_shared<slice_all_reduce>();
-  return std::make_shared<reduction_to_one_device>();
+  const auto* cuda = detail::cuda_kind_if_present();
+  const bool all_cuda = cuda != nullptr
+                        && std::all_of(devices.begin(), devices.end(), [&](const device_spec& d) {
+                             return d.is_gpu() && &detail::kind_of(d) == cuda;
+                           });
+  if (!all_cuda)
+    return std::make_shared<reduction_to_one_device>();
+  // TF picks NCCL for GPUs; NCCL 2.28 refuses two ranks on one GPU, so
+  // logical GPUs sharing one get lockstep's own kernel.
+  std::set<int> physical;
+  for (const auto& d : devices)
+    physical.insert(cuda->domain(d.canonical()));
+  if (LOCKSTEP_HAVE_NCCL && devices.size() >= 2 && physical.size() == devices.size())
+    return std::make_shared<nccl_all_reduce>();
+  return std::make_shared<on_device_all_reduce>();
 }
 
 } // namespace lockstep

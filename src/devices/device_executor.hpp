@@ -10,7 +10,8 @@
 // executor is lockstep's own code, not a CAF actor: CAF's scheduler neither
 // keeps work on one thread per device nor wakes fast enough for one message
 // per variable write, and the executor is tested under ThreadSanitizer.
-// (A GPU device's executor will own its stream when the CUDA backend lands.)
+// (A GPU device's executor is this thread too: it launches the writes on the
+// device's CUDA stream, docs/gpu.md.)
 
 #include "lockstep/device_spec.hpp"
 

@@ -37,7 +37,8 @@ registry& the_registry() {
   return instance;
 }
 
-void host_copy(void* destination, const void* source, std::size_t bytes) {
+void host_copy(const device_spec&, void* destination, const device_spec&, const void* source,
+               std::size_t bytes) {
   // Not memcpy with a null pointer: an empty buffer may have none.
   if (bytes != 0)
     std::memcpy(destination, source, bytes);
@@ -74,12 +75,17 @@ const device_kind& kind_of(const device_spec& device) {
   const auto& type = device.device_type();
   if (!type || *type == "CPU")
     return host_kind();
-  auto& r = the_registry();
-  std::lock_guard guard{r.mutex};
-  for (const auto& entry : r.kinds)
-    if (entry.device_type == *type)
-      return *entry.kind;
-  // GPU (until the CUDA kind exists), TPU and other types: host memory.
+  {
+    auto& r = the_registry();
+    std::lock_guard guard{r.mutex};
+    for (const auto& entry : r.kinds)
+      if (entry.device_type == *type)
+        return *entry.kind;
+  }
+  if (*type == "GPU")
+    if (const auto* cuda = cuda_kind_if_present())
+      return *cuda;
+  // GPU without a CUDA device, TPU and other types: host memory.
   return host_kind();
 }
 
@@ -108,8 +114,9 @@ copy_function copy_between(const device_kind& from, const device_kind& to) {
                      + " memory is registered");
 }
 
-device_buffer allocate_buffer(const device_kind& kind, std::size_t bytes) {
-  auto* memory = static_cast<std::byte*>(kind.allocate(bytes));
+device_buffer allocate_buffer(const device_kind& kind, const device_spec& device,
+                              std::size_t bytes) {
+  auto* memory = static_cast<std::byte*>(kind.allocate(device, bytes));
   return {std::shared_ptr<std::byte>(memory, [free = kind.free, bytes](std::byte* p) { free(p, bytes); }),
           bytes, kind, kind.host_accessible};
 }

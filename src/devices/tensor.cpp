@@ -64,8 +64,8 @@ tensor::tensor(lockstep::dtype type, shape_t shape, const device_spec& device)
   : dtype_(type),
     shape_(std::move(shape)),
     num_elements_(checked_num_elements(shape_)),
-    buffer_(detail::allocate_buffer(detail::kind_of(device), byte_size())),
-    device_(device.canonical()) {
+    device_(device.canonical()),
+    buffer_(detail::allocate_buffer(detail::kind_of(device_), device_, byte_size())) {
 }
 
 tensor::tensor() : tensor(lockstep::dtype::f32, {0}, current_device()) {
@@ -73,7 +73,7 @@ tensor::tensor() : tensor(lockstep::dtype::f32, {0}, current_device()) {
 
 tensor tensor::zeros(lockstep::dtype type, shape_t shape, const device_spec& device) {
   tensor result(type, std::move(shape), device);
-  detail::kind_of(result).zero(result.buffer_.data(), result.byte_size());
+  detail::kind_of(result).zero(result.device_, result.buffer_.data(), result.byte_size());
   return result;
 }
 
@@ -151,7 +151,7 @@ tensor tensor::copy() const {
 tensor tensor::to(const device_spec& device) const {
   tensor result(dtype_, shape_, device);
   detail::copy_between(detail::kind_of(*this), detail::kind_of(result))(
-    result.buffer_.data(), buffer_.data(), byte_size());
+    result.device_, result.buffer_.data(), device_, buffer_.data(), byte_size());
   return result;
 }
 

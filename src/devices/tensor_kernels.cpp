@@ -86,8 +86,8 @@ void copy_into(tensor& destination, const tensor& source) {
   const auto& from = detail::kind_of(source);
   const auto& to = detail::kind_of(destination);
   if (&from != &to) {
-    detail::copy_between(from, to)(destination.buffer().data(), source.buffer().data(),
-                                   source.byte_size());
+    detail::copy_between(from, to)(destination.device(), destination.buffer().data(),
+                                   source.device(), source.buffer().data(), source.byte_size());
     return;
   }
   detail::kernel_of(destination, &kernel_table::copy, "copy_into")(destination, source);
@@ -99,5 +99,43 @@ tensor reduce_sum_axis(const tensor& x, std::size_t axis) {
                       + " is out of range for shape " + shape_to_string(x.shape()));
   return detail::kernel_of(x, &kernel_table::reduce_sum_axis, "reduce_sum_axis")(x, axis);
 }
+
+namespace detail {
+
+tensor converted(const tensor& x, lockstep::dtype type) {
+  if (x.dtype() == type)
+    return x;
+  const bool widening = is_half(x.dtype()) && type == dtype::f32;
+  const bool narrowing = x.dtype() == dtype::f32 && is_half(type);
+  if (!widening && !narrowing)
+    throw dtype_error("converted: from " + std::string(to_string(x.dtype())) + " to " + std::string(to_string(type))
+                      + "; only float32 to and from float16 and bfloat16");
+  auto result = tensor::uninitialized(type, x.shape(), x.device());
+  kernel_of(x, &kernel_table::convert, "converted")(result, x);
+  return result;
+}
+
+void reduce_buffers(reduce_op op, std::span<const tensor> inputs, std::span<tensor> outputs) {
+  if (inputs.empty())
+    throw value_error("reduce_buffers: no inputs");
+  const auto& first = inputs.front();
+  const auto& kind = kind_of(first);
+  const auto domain = kind.domain(first.device());
+  const auto check = [&](const tensor& t) {
+    check_same_dtype_and_shape("reduce_buffers", first, t);
+    check_same_kind("reduce_buffers", first, t);
+    if (kind.domain(t.device()) != domain)
+      throw device_error("reduce_buffers: " + first.device().to_string() + " and "
+                         + t.device().to_string() + " are not in one memory of the "
+                         + std::string(kind.name) + " kind");
+  };
+  for (const auto& t : inputs)
+    check(t);
+  for (const auto& t : outputs)
+    check(t);
+  kernel_of(first, &kernel_table::reduce_buffers, "reduce_buffers")(op, inputs, outputs);
+}
+
+} // namespace detail
 
 } // namespace lockstep

@@ -5,6 +5,8 @@
 
 #include "lockstep/distributed_dataset.hpp"
 
+#include "devices/device_registry.hpp"
+
 #include "lockstep/runtime_options.hpp"
 
 #include <cstring>
@@ -47,7 +49,10 @@ tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
                       + ") out of range for a batch of " + std::to_string(rows));
   auto shape = x.shape();
   shape[0] = count;
-  auto out = tensor::uninitialized(x.dtype(), std::move(shape), device);
+  // Rows are cut on the host; a device the host cannot write (a GPU) gets
+  // them copied over.
+  const bool host_memory = detail::kind_of(device).host_accessible;
+  auto out = tensor::uninitialized(x.dtype(), std::move(shape), host_memory ? device : cpu_device(0));
   const auto bytes = out.byte_size();
   if (bytes != 0) {
     const auto row_bytes = x.byte_size() / static_cast<std::size_t>(rows);
@@ -56,7 +61,7 @@ tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
                   + static_cast<std::size_t>(begin) * row_bytes,
                 bytes);
   }
-  return out;
+  return host_memory ? out : out.to(device);
 }
 
 std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices,

@@ -47,11 +47,13 @@ using detail::in_quotes;
 constexpr std::string_view format_1 = "lockstep-checkpoint-1";
 
 /// The value a checkpoint stores for `var` (see `save`).
+/// The value saved for `var`, in host memory (a GPU variable's is copied).
 tensor saved_value(const variable& var) {
   const auto whole = var.container();
-  if (whole.is_sync_on_read() && whole.aggregation() != variable_aggregation::none)
-    return whole.value(); // the aggregate
-  return whole.primary().value();
+  auto value = whole.is_sync_on_read() && whole.aggregation() != variable_aggregation::none
+                 ? whole.value() // the aggregate
+                 : whole.primary().value();
+  return value.buffer().host_accessible() ? value : value.to(cpu_device(0));
 }
 
 void check_unique_names(const std::vector<variable>& variables, const char* what) {

@@ -5,6 +5,7 @@
 
 #include "devices/host/host_kernels.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -190,6 +191,54 @@ tensor reduce_sum_axis(const tensor& x, std::size_t axis) {
     }
   });
   return result;
+}
+
+void convert(tensor& destination, const tensor& source) {
+  visit_dtype(source.dtype(), [&]<class From>(From) {
+    visit_dtype(destination.dtype(), [&]<class To>(To) {
+      const auto* in = source.data<From>().data();
+      auto* out = destination.data<To>().data();
+      const auto count = source.num_elements();
+      if constexpr (is_half_v<From> && std::is_same_v<To, float>)
+        widen(in, out, count);
+      else if constexpr (std::is_same_v<From, float> && is_half_v<To>)
+        narrow(in, out, count);
+      else if constexpr (std::is_same_v<From, To>)
+        std::copy_n(in, count, out);
+      else
+        throw dtype_error("convert: from " + std::string(to_string(source.dtype())) + " to "
+                          + std::string(to_string(destination.dtype()))
+                          + "; only float32 to and from float16 and bfloat16");
+    });
+  });
+}
+
+void reduce_buffers(reduce_op op, std::span<const tensor> inputs, std::span<tensor> outputs) {
+  const auto count = inputs.front().num_elements();
+  const auto n = inputs.size();
+  visit_dtype(inputs.front().dtype(), [&]<class T>(T) {
+    dispatch_op(op, [&]<reduce_op Op>(std::integral_constant<reduce_op, Op>) {
+      // Block by block into `result`, then out to every output, so an
+      // output that is also an input is read before it is written.
+      alignas(64) T result[block];
+      in_blocks(count, [&](std::int64_t offset, std::int64_t length) {
+        if constexpr (is_half_v<T>) {
+          alignas(64) float wide[block];
+          reduce_in_float<Op>(
+            n, [&](std::size_t r) { return inputs[r].data<T>().data() + offset; }, length, wide,
+            result);
+        } else {
+          std::copy_n(inputs[0].data<T>().data() + offset, length, result);
+          for (std::size_t r = 1; r < n; ++r)
+            combine_loop<Op>(result, inputs[r].data<T>().data() + offset, length);
+          if constexpr (Op == reduce_op::mean)
+            divide_loop(result, static_cast<std::int64_t>(n), length);
+        }
+        for (auto& output : outputs)
+          std::copy_n(result, length, output.data<T>().data() + offset);
+      });
+    });
+  });
 }
 
 } // namespace lockstep::detail::host

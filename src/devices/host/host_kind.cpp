@@ -1,7 +1,9 @@
 // The host device kind: host memory from the host pool, the
 // per-device executor thread, memcpy between host buffers (built into the
-// registry) and the host kernels. It serves CPU devices and, until the CUDA
-// kind exists, GPU-named devices too (host memory labelled GPU).
+// registry) and the host kernels. It serves CPU devices and GPU-named
+// devices where there is no CUDA device (host memory labelled GPU).
+
+#include "lockstep/config.hpp"
 
 #include "devices/device_executor.hpp"
 #include "devices/device_registry.hpp"
@@ -14,7 +16,7 @@ namespace lockstep::detail {
 
 namespace {
 
-void* host_allocate(std::size_t bytes) {
+void* host_allocate(const device_spec&, std::size_t bytes) {
   return host_pool::instance().allocate(bytes);
 }
 
@@ -22,7 +24,7 @@ void host_free(void* memory, std::size_t bytes) noexcept {
   host_pool::instance().free(memory, bytes);
 }
 
-void host_zero(void* memory, std::size_t bytes) {
+void host_zero(const device_spec&, void* memory, std::size_t bytes) {
   if (bytes != 0)
     std::memset(memory, 0, bytes);
 }
@@ -34,6 +36,7 @@ constexpr device_kind host_memory{
   .free = host_free,
   .zero = host_zero,
   .executor = &device_executor::of,
+  .domain = [](const device_spec&) { return 0; },
   .kernels = {.add = host::add,
               .subtract = host::subtract,
               .multiply = host::multiply,
@@ -43,7 +46,9 @@ constexpr device_kind host_memory{
               .axpy = host::axpy,
               .scale = host::scale,
               .divide = host::divide,
-              .reduce_sum_axis = host::reduce_sum_axis},
+              .reduce_sum_axis = host::reduce_sum_axis,
+              .convert = host::convert,
+              .reduce_buffers = host::reduce_buffers},
 };
 
 } // namespace
@@ -51,5 +56,11 @@ constexpr device_kind host_memory{
 const device_kind& host_kind() noexcept {
   return host_memory;
 }
+
+#if !LOCKSTEP_HAVE_CUDA
+const device_kind* cuda_kind_if_present() {
+  return nullptr; // built without the CUDA backend
+}
+#endif
 
 } // namespace lockstep::detail

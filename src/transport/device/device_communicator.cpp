@@ -1,0 +1,155 @@
+#include "transport/device/device_communicator.hpp"
+
+#include "devices/device_registry.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <vector>
+
+namespace lockstep::detail {
+
+namespace {
+
+collective_fingerprint fingerprint_of(collective_group& group, std::size_t rank,
+                                      std::uint64_t first_seq, std::string op,
+                                      const tensor& buffer, const collective_options& options) {
+  collective_fingerprint f;
+  f.seq = std::max(group.next_seq(rank), first_seq);
+  f.op = std::move(op);
+  f.dtype = buffer.dtype();
+  f.shape = buffer.shape();
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  return f;
+}
+
+/// Meets the others at `fingerprint`, publishing `payload`, runs `work`
+/// (unless options.failure), and waits for every rank at the barrier; a
+/// throwing `work` fails the collective on every rank.
+template <class Work>
+void run_collective(collective_group& group, std::size_t rank,
+                    const collective_fingerprint& fingerprint, const void* payload,
+                    const collective_options& options, Work work) {
+  const auto deadline = collective_group::clock::now() + options.timeout;
+  group.arrive(rank, fingerprint, deadline, payload);
+  auto failure = options.failure;
+  if (!failure) {
+    try {
+      work();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  group.wait_all_done(rank, fingerprint.seq, deadline, std::move(failure));
+}
+
+/// What a rank of an all-reduce publishes.
+struct reduce_buffers_of {
+  const tensor* input;
+  tensor* output;
+};
+
+} // namespace
+
+device_communicator::device_communicator(std::size_t ranks, std::string tag)
+  : group_(ranks, std::move(tag), "replica") {}
+
+std::string device_communicator::name() const {
+  return group_.tag();
+}
+
+std::size_t device_communicator::size() const noexcept {
+  return group_.size();
+}
+
+collective_session& device_communicator::session() noexcept {
+  return group_;
+}
+
+void device_communicator::all_reduce(std::size_t rank, reduce_op op,
+                                     std::span<const tensor> inputs, std::span<tensor> outputs,
+                                     const collective_options& options,
+                                     std::uint64_t first_seq) {
+  if (inputs.size() != outputs.size())
+    throw value_error("all_reduce in group '" + group_.tag() + "': "
+                      + std::to_string(inputs.size()) + " inputs and "
+                      + std::to_string(outputs.size()) + " outputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    auto fingerprint = fingerprint_of(group_, rank, i == 0 ? first_seq : 0, "all_reduce",
+                                      inputs[i], options);
+    fingerprint.reduction = to_string(op);
+    const reduce_buffers_of mine{&inputs[i], &outputs[i]};
+    run_collective(group_, rank, fingerprint, &mine, options, [&] {
+      if (group_.claim(fingerprint.seq) != 0)
+        return; // another rank launches it
+      std::vector<tensor> all_inputs;
+      std::vector<tensor> all_outputs; // handles: the kernel writes the ranks' buffers
+      for (std::size_t r = 0; r < group_.size(); ++r) {
+        const auto& theirs = *static_cast<const reduce_buffers_of*>(group_.payload(r));
+        all_inputs.push_back(*theirs.input);
+        all_outputs.push_back(*theirs.output);
+      }
+      reduce_buffers(op, all_inputs, all_outputs);
+    });
+  }
+}
+
+void device_communicator::reduce_scatter(std::size_t, reduce_op, const tensor&, tensor&,
+                                         const collective_options&) {
+  throw device_error("reduce_scatter: the device communicator ('" + group_.tag()
+                     + "') has no such collective");
+}
+
+void device_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
+                                     const collective_options& options) {
+  const auto n = static_cast<std::int64_t>(group_.size());
+  if (input.dtype() != output.dtype() || output.num_elements() != n * input.num_elements())
+    throw value_error("all_gather in group '" + group_.tag() + "': the output ("
+                      + std::string(to_string(output.dtype())) + shape_to_string(output.shape())
+                      + ") must hold " + std::to_string(n) + " blocks of the input ("
+                      + std::string(to_string(input.dtype())) + shape_to_string(input.shape())
+                      + ")");
+  const auto fingerprint = fingerprint_of(group_, rank, 0, "all_gather", input, options);
+  run_collective(group_, rank, fingerprint, &input, options, [&] {
+    const auto bytes = input.byte_size();
+    for (std::size_t r = 0; r < group_.size(); ++r) {
+      const auto& theirs = *static_cast<const tensor*>(group_.payload(r));
+      copy_between(kind_of(theirs), kind_of(output))(
+        output.device(), output.buffer().data() + r * bytes, theirs.device(),
+        theirs.buffer().data(), bytes);
+    }
+  });
+}
+
+void device_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
+                                    const collective_options& options) {
+  if (root >= group_.size())
+    throw value_error("broadcast in group '" + group_.tag() + "': root " + std::to_string(root)
+                      + " out of range for a group of " + std::to_string(group_.size()));
+  collective_fingerprint fingerprint;
+  fingerprint.seq = group_.next_seq(rank);
+  fingerprint.op = "broadcast";
+  fingerprint.reduction = "from rank " + std::to_string(root);
+  fingerprint.tag = options.tag;
+  fingerprint.epoch = options.epoch;
+  fingerprint.tensors = buffers.size();
+  if (!buffers.empty()) {
+    fingerprint.dtype = buffers[0].dtype();
+    fingerprint.shape = buffers[0].shape();
+  }
+  run_collective(group_, rank, fingerprint, &buffers, options, [&] {
+    if (rank == root)
+      return;
+    const auto& from = *static_cast<const std::span<tensor>*>(group_.payload(root));
+    if (from.size() != buffers.size())
+      throw value_error("broadcast in group '" + group_.tag() + "': the root has "
+                        + std::to_string(from.size()) + " buffers, rank " + std::to_string(rank)
+                        + " " + std::to_string(buffers.size()));
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      copy_into(buffers[i], from[i]);
+  });
+}
+
+} // namespace lockstep::detail
