@@ -39,7 +39,7 @@ std::atomic<int> copies_in{0};
 std::atomic<int> copies_out{0};
 std::atomic<int> adds{0};
 
-void* simulated_allocate(std::size_t bytes) {
+void* simulated_allocate(const device_spec&, std::size_t bytes) {
   ++allocations;
   bytes_allocated += bytes;
   return ::operator new(bytes, std::align_val_t{64});
@@ -51,17 +51,19 @@ void simulated_free(void* memory, std::size_t bytes) noexcept {
   ::operator delete(memory, std::align_val_t{64});
 }
 
-void simulated_zero(void* memory, std::size_t bytes) {
+void simulated_zero(const device_spec&, void* memory, std::size_t bytes) {
   std::memset(memory, 0, bytes);
 }
 
-void copy_to_simulated(void* destination, const void* source, std::size_t bytes) {
+void copy_to_simulated(const device_spec&, void* destination, const device_spec&,
+                       const void* source, std::size_t bytes) {
   ++copies_in;
   if (bytes != 0)
     std::memcpy(destination, source, bytes);
 }
 
-void copy_from_simulated(void* destination, const void* source, std::size_t bytes) {
+void copy_from_simulated(const device_spec&, void* destination, const device_spec&,
+                         const void* source, std::size_t bytes) {
   ++copies_out;
   if (bytes != 0)
     std::memcpy(destination, source, bytes);
