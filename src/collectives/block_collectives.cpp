@@ -1,6 +1,7 @@
 #include "collectives/block_collectives.hpp"
 
 #include "collectives/allreduce_slices.hpp"
+#include "collectives/run_collective.hpp"
 #include "devices/elementwise_loops.hpp"
 
 #include "lockstep/error.hpp"
@@ -13,19 +14,6 @@
 namespace lockstep::detail {
 
 namespace {
-
-collective_fingerprint fingerprint_of(collective_group& group, std::size_t rank,
-                                      std::string op, const tensor& buffer,
-                                      const collective_options& options) {
-  collective_fingerprint f;
-  f.seq = group.next_seq(rank);
-  f.op = std::move(op);
-  f.dtype = buffer.dtype();
-  f.shape = buffer.shape();
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  return f;
-}
 
 /// Checks that `output` holds `factor` times (or 1/`factor` of) `input`'s
 /// elements, in one dtype.
@@ -49,25 +37,6 @@ void check_blocks(const collective_group& group, std::size_t rank, const char* o
                       + " to hold " + std::to_string(n) + " blocks of the "
                       + (output_larger ? "input" : "output") + "'s " + std::to_string(small)
                       + " elements, got " + std::to_string(large));
-}
-
-/// Runs `work` between the rendezvous and the barrier; a throwing `work`
-/// (or options.failure) fails the collective on every rank.
-template <class Work>
-void run_collective(collective_group& group, std::size_t rank,
-                    const collective_fingerprint& fingerprint, const void* payload,
-                    const collective_options& options, Work work) {
-  const auto deadline = collective_group::clock::now() + options.timeout;
-  group.arrive(rank, fingerprint, deadline, payload);
-  auto failure = options.failure;
-  if (!failure) {
-    try {
-      work();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  group.wait_all_done(rank, fingerprint.seq, deadline, std::move(failure));
 }
 
 } // namespace

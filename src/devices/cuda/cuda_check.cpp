@@ -10,14 +10,16 @@ void throw_cuda_error(cudaError_t code, const char* call, const char* file, int 
   // A failed call leaves its error as the runtime's last one; clear it, so
   // the next call is judged on its own (a sticky error stays regardless).
   (void) cudaGetLastError();
+  throw device_error(std::string{call} + " failed on " + current_cuda_device_text() + ": "
+                     + cudaGetErrorString(code) + " (" + cudaGetErrorName(code) + ") at "
+                     + file + ":" + std::to_string(line));
+}
+
+std::string current_cuda_device_text() {
   int device = -1;
   const bool known = cudaGetDevice(&device) == cudaSuccess;
   (void) cudaGetLastError();
-  throw device_error(std::string{call} + " failed on "
-                     + (known ? "CUDA device " + std::to_string(device)
-                              : std::string{"no current CUDA device"})
-                     + ": " + cudaGetErrorString(code) + " (" + cudaGetErrorName(code) + ") at "
-                     + file + ":" + std::to_string(line));
+  return known ? "CUDA device " + std::to_string(device) : "no current CUDA device";
 }
 
 int cuda_device_count() noexcept {

@@ -7,12 +7,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 namespace lockstep::detail {
 
 /// Throws device_error for `code` from `call` (its text) at file:line:
 /// "<call> failed on CUDA device <d>: <message> (<name>) at <file>:<line>".
 [[noreturn]] void throw_cuda_error(cudaError_t code, const char* call, const char* file,
                                    int line);
+
+/// "CUDA device <d>" for the calling thread's current device, or "no
+/// current CUDA device"; leaves no error behind (for error messages).
+std::string current_cuda_device_text();
 
 /// The CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies);
 /// 0 where there is no driver or no device. Never throws: a program linked

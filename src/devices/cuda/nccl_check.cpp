@@ -2,7 +2,7 @@
 
 #include "lockstep/error.hpp"
 
-#include <cuda_runtime_api.h>
+#include "devices/cuda/cuda_check.hpp"
 
 namespace lockstep::detail {
 
@@ -16,13 +16,8 @@ std::string nccl_error_text(ncclResult_t code) {
 }
 
 void throw_nccl_error(ncclResult_t code, const char* call, const char* file, int line) {
-  int device = -1;
-  const bool known = cudaGetDevice(&device) == cudaSuccess;
-  (void) cudaGetLastError();
-  throw device_error(std::string{call} + " failed on "
-                     + (known ? "CUDA device " + std::to_string(device)
-                              : std::string{"no current CUDA device"})
-                     + ": " + nccl_error_text(code) + " at " + file + ":"
+  throw device_error(std::string{call} + " failed on " + current_cuda_device_text() + ": "
+                     + nccl_error_text(code) + " at " + file + ":"
                      + std::to_string(line));
 }
 

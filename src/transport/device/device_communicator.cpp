@@ -1,49 +1,16 @@
 #include "transport/device/device_communicator.hpp"
 
+#include "collectives/run_collective.hpp"
 #include "devices/device_registry.hpp"
 
 #include "lockstep/error.hpp"
 
-#include <algorithm>
 #include <exception>
 #include <vector>
 
 namespace lockstep::detail {
 
 namespace {
-
-collective_fingerprint fingerprint_of(collective_group& group, std::size_t rank,
-                                      std::uint64_t first_seq, std::string op,
-                                      const tensor& buffer, const collective_options& options) {
-  collective_fingerprint f;
-  f.seq = std::max(group.next_seq(rank), first_seq);
-  f.op = std::move(op);
-  f.dtype = buffer.dtype();
-  f.shape = buffer.shape();
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  return f;
-}
-
-/// Meets the others at `fingerprint`, publishing `payload`, runs `work`
-/// (unless options.failure), and waits for every rank at the barrier; a
-/// throwing `work` fails the collective on every rank.
-template <class Work>
-void run_collective(collective_group& group, std::size_t rank,
-                    const collective_fingerprint& fingerprint, const void* payload,
-                    const collective_options& options, Work work) {
-  const auto deadline = collective_group::clock::now() + options.timeout;
-  group.arrive(rank, fingerprint, deadline, payload);
-  auto failure = options.failure;
-  if (!failure) {
-    try {
-      work();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  group.wait_all_done(rank, fingerprint.seq, deadline, std::move(failure));
-}
 
 /// What a rank of an all-reduce publishes.
 struct reduce_buffers_of {
@@ -77,8 +44,8 @@ void device_communicator::all_reduce(std::size_t rank, reduce_op op,
                       + std::to_string(inputs.size()) + " inputs and "
                       + std::to_string(outputs.size()) + " outputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    auto fingerprint = fingerprint_of(group_, rank, i == 0 ? first_seq : 0, "all_reduce",
-                                      inputs[i], options);
+    auto fingerprint = fingerprint_of(group_, rank, "all_reduce", inputs[i], options,
+                                      i == 0 ? first_seq : 0);
     fingerprint.reduction = to_string(op);
     const reduce_buffers_of mine{&inputs[i], &outputs[i]};
     run_collective(group_, rank, fingerprint, &mine, options, [&] {
@@ -111,7 +78,7 @@ void device_communicator::all_gather(std::size_t rank, const tensor& input, tens
                       + ") must hold " + std::to_string(n) + " blocks of the input ("
                       + std::string(to_string(input.dtype())) + shape_to_string(input.shape())
                       + ")");
-  const auto fingerprint = fingerprint_of(group_, rank, 0, "all_gather", input, options);
+  const auto fingerprint = fingerprint_of(group_, rank, "all_gather", input, options);
   run_collective(group_, rank, fingerprint, &input, options, [&] {
     const auto bytes = input.byte_size();
     for (std::size_t r = 0; r < group_.size(); ++r) {
