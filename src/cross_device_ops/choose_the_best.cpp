@@ -28,7 +28,7 @@ std::shared_ptr<cross_device_ops> choose_the_best(const std::vector<device_spec>
   // logical GPUs sharing one get lockstep's own kernel.
   std::set<int> physical;
   for (const auto& d : devices)
-    physical.insert(cuda->domain(d.canonical()));
+    physical.insert(detail::memory_domain(d.canonical()));
   if (LOCKSTEP_HAVE_NCCL && devices.size() >= 2 && physical.size() == devices.size())
     return std::make_shared<nccl_all_reduce>();
   return std::make_shared<on_device_all_reduce>();

@@ -32,7 +32,7 @@ std::vector<std::vector<std::size_t>> replicas_by_domain(const per_replica<tenso
   std::vector<domain_group> groups;
   for (std::size_t r = 0; r < value.size(); ++r) {
     const auto& kind = detail::kind_of(value[r]);
-    const auto domain = kind.domain(value[r].device());
+    const auto domain = detail::memory_domain(value[r].device());
     auto found = std::find_if(groups.begin(), groups.end(), [&](const domain_group& g) {
       return g.kind == &kind && g.domain == domain;
     });
@@ -100,9 +100,9 @@ on_device_all_reduce::replica_collectives(const std::vector<device_spec>& device
   if (devices.empty())
     return {};
   const auto& kind = detail::kind_of(devices.front());
-  const auto domain = kind.domain(devices.front());
+  const auto domain = detail::memory_domain(devices.front());
   for (const auto& d : devices)
-    if (&detail::kind_of(d) != &kind || kind.domain(d) != domain)
+    if (&detail::kind_of(d) != &kind || detail::memory_domain(d) != domain)
       return {};
   return {std::make_shared<detail::device_communicator>(devices.size(), name),
           detail::collective_options{.tag = name}};

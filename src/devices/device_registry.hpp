@@ -88,13 +88,13 @@ struct device_kind {
   /// Sets `bytes` bytes at `memory`, a buffer of `device`, to zero.
   void (*zero)(const device_spec& device, void* memory, std::size_t bytes) = nullptr;
   /// The executor that runs `device`'s work in order (host: a thread per
-  /// device, device_executor::of; CUDA: a thread that owns the device's
-  /// stream). Null: the kind has none.
+  /// device, device_executor::of; CUDA: the same thread, which launches the
+  /// work on the device's stream). Null: the kind has none.
   std::shared_ptr<detail::device_executor> (*executor)(const device_spec& device,
                                                        std::chrono::microseconds spin) = nullptr;
   /// Which memory `device` is in: one kernel may read and write every
   /// buffer of one domain (host: all are domain 0; CUDA: the physical
-  /// GPU, shared by its logical GPUs).
+  /// GPU, shared by its logical GPUs). Null: one domain.
   int (*domain)(const device_spec& device) = nullptr;
   detail::kernel_table kernels;
 };
@@ -155,6 +155,12 @@ void reduce_buffers(reduce_op op, std::span<const tensor> inputs, std::span<tens
 
 /// Throws device_error: `kind` has no kernel `kernel`.
 [[noreturn]] void throw_missing_kernel(const device_kind& kind, std::string_view kernel);
+
+/// The memory domain of `device` in its kind (device_kind::domain).
+inline int memory_domain(const device_spec& device) {
+  const auto& kind = kind_of(device);
+  return kind.domain ? kind.domain(device) : 0;
+}
 
 /// The kind of `t`'s buffer.
 inline const device_kind& kind_of(const tensor& t) {

@@ -120,11 +120,11 @@ void reduce_buffers(reduce_op op, std::span<const tensor> inputs, std::span<tens
     throw value_error("reduce_buffers: no inputs");
   const auto& first = inputs.front();
   const auto& kind = kind_of(first);
-  const auto domain = kind.domain(first.device());
+  const auto domain = memory_domain(first.device());
   const auto check = [&](const tensor& t) {
     check_same_dtype_and_shape("reduce_buffers", first, t);
     check_same_kind("reduce_buffers", first, t);
-    if (kind.domain(t.device()) != domain)
+    if (memory_domain(t.device()) != domain)
       throw device_error("reduce_buffers: " + first.device().to_string() + " and "
                          + t.device().to_string() + " are not in one memory of the "
                          + std::string(kind.name) + " kind");
