@@ -31,8 +31,6 @@ tensor input_of(dtype type, std::size_t rank, std::size_t i, std::int64_t count)
   for (std::int64_t k = 0; k < count; ++k)
     values.push_back(0.1 * static_cast<double>(rank + 1) + static_cast<double>(k % 7) * 1.37
                      - static_cast<double>(i));
-  auto host = tensor::zeros(dtype::f64, {count}, cpu_device(0));
-  std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(double));
   auto result = tensor::zeros(type, {count}, cpu_device(static_cast<int>(rank)));
   visit_dtype(type, [&]<class T>(T) {
     auto out = result.data<T>();
