@@ -571,6 +571,10 @@ TEST_CASE("nccl_all_reduce refuses components in host memory") {
   nccl_all_reduce ops;
   CHECK(ops.name() == "nccl_all_reduce");
   CHECK(nccl_all_reduce{{.timeout = std::chrono::milliseconds{200}}}.name() == "nccl_all_reduce");
+  // A timeout that is not positive is refused; a huge one is capped.
+  CHECK(contains(error_of<value_error>([] { nccl_all_reduce{{.timeout = {}}}; }),
+                 "the timeout must be positive, got 0 ms"));
+  CHECK(nccl_all_reduce{{.timeout = std::chrono::milliseconds::max()}}.name() == "nccl_all_reduce");
   for (const auto& devices : {gpu_named(2), gpu_named(3), cpu_devices(2)}) {
     const per_replica<tensor> value{
       inputs_on(value_set::exact, reduce_op::sum, dtype::f32, 7, devices)};

@@ -270,7 +270,8 @@ private:
 /// Settings of `nccl_all_reduce`.
 struct nccl_all_reduce_options {
   /// How long a collective may take before its communicator is aborted
-  /// (ncclCommAbort) and the call throws timeout_error.
+  /// (ncclCommAbort) and the call throws timeout_error. Must be positive
+  /// (value_error); more than a day counts as a day.
   std::chrono::milliseconds timeout{std::chrono::seconds{300}};
   /// How `batch_reduce` groups consecutive tensors over the same GPUs:
   /// each pack is one NCCL group call (ncclGroupStart/End around one

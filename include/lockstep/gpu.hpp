@@ -15,7 +15,7 @@
 namespace lockstep {
 
 /// The logical GPUs of this process (0 without the CUDA backend or a CUDA
-/// device; CUDA_VISIBLE_DEVICES applies). Fixes the logical layout.
+/// device; CUDA_VISIBLE_DEVICES applies), as configured so far.
 int gpu_count();
 
 /// The physical CUDA devices this process sees (0 without either).
@@ -24,10 +24,12 @@ int physical_gpu_count();
 /// TF's `set_logical_device_configuration` and `list_logical_devices`:
 /// makes physical GPU `physical` serve `count` logical GPUs, each with its
 /// own CUDA stream and memory pool, and returns their devices
-/// (`/gpu:<k>`, numbered physical device by physical device). Must come
-/// before the first GPU tensor, or repeat the layout in use. Throws
-/// value_error for a count outside 1..64, device_error without such a
-/// physical GPU or once another layout is in use.
+/// (`/gpu:<k>`, numbered physical device by physical device, so configure
+/// physical device 0 first). Must come before the first GPU tensor; once
+/// a physical device's GPUs were handed out, its count and those before it
+/// may only be repeated. Throws value_error for a count outside 1..64,
+/// device_error without such a physical GPU or for a change that comes
+/// too late.
 std::vector<device_spec> gpu_devices(int count, int physical = 0);
 
 /// The caching allocator of one logical GPU (TF's

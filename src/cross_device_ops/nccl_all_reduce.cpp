@@ -29,16 +29,60 @@ namespace lockstep {
 
 namespace detail {
 
+namespace {
+
+/// NCCL is not safe for operations on several communicators of one device
+/// from several threads at once: every nccl_all_reduce of the process
+/// takes this lock around its NCCL calls.
+std::mutex& nccl_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+/// Calls `release` (ncclCommDestroy or ncclCommAbort) on each of `comms`,
+/// keeping the thread's current CUDA device, which NCCL changes.
+void release_all(const std::vector<ncclComm_t>& comms, ncclResult_t (*release)(ncclComm_t)) {
+  int device = -1;
+  const bool known = cudaGetDevice(&device) == cudaSuccess;
+  for (auto* comm : comms)
+    (void) release(comm);
+  if (known)
+    (void) cudaSetDevice(device);
+  (void) cudaGetLastError();
+}
+
+/// Ends an NCCL group that a throw left open (NCCL's group depth is per
+/// thread: an open group would swallow every later NCCL call).
+class group_guard {
+public:
+  group_guard() { LOCKSTEP_NCCL_CHECK(ncclGroupStart()); }
+  ~group_guard() {
+    if (open_)
+      (void) ncclGroupEnd();
+  }
+  group_guard(const group_guard&) = delete;
+  group_guard& operator=(const group_guard&) = delete;
+
+  void end() {
+    open_ = false;
+    LOCKSTEP_NCCL_CHECK(ncclGroupEnd());
+  }
+
+private:
+  bool open_ = true;
+};
+
+} // namespace
+
 struct nccl_all_reduce_state {
   nccl_all_reduce_options options;
-  std::mutex mutex; // one collective at a time per instance
   /// Communicators by the physical GPUs of their ranks, in rank order.
   std::map<std::vector<int>, std::vector<ncclComm_t>> communicators;
 
   ~nccl_all_reduce_state() {
+    std::lock_guard guard{nccl_mutex()};
     for (auto& [devices, comms] : communicators)
-      for (auto* comm : comms)
-        (void) ncclCommDestroy(comm);
+      release_all(comms, ncclCommDestroy);
   }
 
   std::vector<ncclComm_t>& communicators_of(const std::vector<int>& devices) {
@@ -65,8 +109,7 @@ struct nccl_all_reduce_state {
     if (found == communicators.end())
       return;
     if (abort)
-      for (auto* comm : found->second)
-        (void) ncclCommAbort(comm);
+      release_all(found->second, ncclCommAbort);
     communicators.erase(found);
   }
 };
@@ -207,7 +250,7 @@ void nccl_all_reduce_state::group_call(reduce_op op, const std::vector<reduce_pa
               + (end - first == 1 ? "" : "s") + " on CUDA devices " + devices_text(devices);
   try {
     auto& comms = communicators_of(devices);
-    LOCKSTEP_NCCL_CHECK(ncclGroupStart());
+    group_guard group;
     for (std::size_t p = first; p < end; ++p)
       for (std::size_t r = 0; r < n; ++r) {
         const auto& in = pairs[p].value[r];
@@ -216,7 +259,7 @@ void nccl_all_reduce_state::group_call(reduce_op op, const std::vector<reduce_pa
                                           nccl_type(in.dtype()), nccl_op(op), comms[r],
                                           place_of(in.device()).stream));
       }
-    LOCKSTEP_NCCL_CHECK(ncclGroupEnd());
+    group.end();
     if (op == reduce_op::mean)
       for (auto& per_pair : outputs)
         for (auto& out : per_pair)
@@ -251,13 +294,18 @@ void nccl_all_reduce_state::group_call(reduce_op op, const std::vector<reduce_pa
 
 nccl_all_reduce::nccl_all_reduce(nccl_all_reduce_options options)
   : state_(std::make_unique<detail::nccl_all_reduce_state>()) {
+  if (options.timeout <= std::chrono::milliseconds::zero())
+    throw value_error("nccl_all_reduce: the timeout must be positive, got "
+                      + std::to_string(options.timeout.count()) + " ms");
+  // At most a day, so deadlines (and the watchdog's minute past them) fit.
+  options.timeout = std::min<std::chrono::milliseconds>(options.timeout, std::chrono::hours{24});
   state_->options = options;
 }
 
 std::vector<mirrored<tensor>>
 nccl_all_reduce::batch_reduce_implementation(reduce_op op, const std::vector<reduce_pair>& pairs) {
   std::vector<mirrored<tensor>> results(pairs.size());
-  std::lock_guard guard{state_->mutex};
+  std::lock_guard guard{detail::nccl_mutex()};
   std::size_t next = 0;
   while (next < pairs.size()) {
     const auto devices = rank_devices(pairs[next].value, pairs[next].destination);

@@ -8,17 +8,14 @@
 #include "strategies/mirrored_devices.hpp"
 #include "strategies/strategy_state.hpp"
 
-#include "lockstep/config.hpp"
 #include "lockstep/error.hpp"
+#include "lockstep/gpu.hpp"
 #include "lockstep/runtime_options.hpp"
 
 #include <map>
 #include <set>
 #include <utility>
 
-#if LOCKSTEP_HAVE_CUDA
-#  include <cuda_runtime_api.h>
-#endif
 
 namespace lockstep {
 
@@ -35,18 +32,16 @@ std::string list_string(const std::vector<device_spec>& devices) {
   return "[" + joined_devices(devices) + "]";
 }
 
-/// All GPUs when built with CUDA and one is visible, else the first CPU.
+/// All (logical) GPUs when built with CUDA and one is visible, else the
+/// first CPU.
 std::vector<device_spec> default_devices() {
-#if LOCKSTEP_HAVE_CUDA
-  int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
-    std::vector<device_spec> gpus;
-    for (int i = 0; i < count; ++i)
-      gpus.push_back(device_spec::parse("/device:GPU:" + std::to_string(i)));
-    return gpus;
-  }
-#endif
-  return {device_spec::parse("/cpu:0")};
+  const int count = gpu_count();
+  if (count == 0)
+    return {device_spec::parse("/cpu:0")};
+  std::vector<device_spec> gpus;
+  for (int i = 0; i < count; ++i)
+    gpus.push_back(device_spec::parse("/device:GPU:" + std::to_string(i)));
+  return gpus;
 }
 
 /// TF's `_is_device_list_local`: all local, or all remote with job and task.

@@ -218,6 +218,10 @@ __global__ void reduce_buffers_kernel(buffer_table table, long long count, bool 
 /// Blocks for `work` items: one wave that fills the device (2048 threads
 /// per multiprocessor on Ampere and Hopper), no more than the work needs.
 unsigned blocks_for(long long work) {
+  // Runs right before each launch: clears a stale error of a call whose
+  // result was ignored, so check_launch judges the launch alone (a sticky
+  // error comes back from the launch itself).
+  (void) cudaGetLastError();
   constexpr int cached_devices = 64;
   constexpr long long blocks_per_multiprocessor = 2048 / threads_per_block;
   static std::atomic<int> multiprocessors[cached_devices] = {};

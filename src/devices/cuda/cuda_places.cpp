@@ -15,6 +15,9 @@ namespace {
 struct layout {
   std::mutex mutex;
   std::map<int, int> counts; // physical device -> logical GPUs (default 1)
+  /// The highest physical device whose logical GPUs gpu_devices handed out
+  /// (-1: none): the numbers of those may no longer change.
+  int handed_out_up_to = -1;
   /// Set (release) once `places` is complete; from then on `places` is
   /// read without the mutex.
   std::atomic<bool> fixed{false};
@@ -56,8 +59,12 @@ void* device_allocate(void* context, std::size_t bytes) {
 
 void device_free(void* context, void* memory) noexcept {
   const auto& place = *static_cast<const cuda_place*>(context);
+  int previous = -1;
+  const bool known = cudaGetDevice(&previous) == cudaSuccess;
   if (cudaSetDevice(place.physical) == cudaSuccess)
     (void) cudaFree(memory);
+  if (known)
+    (void) cudaSetDevice(previous);
   (void) cudaGetLastError(); // at teardown the driver may be gone: nothing to do
 }
 
@@ -81,21 +88,32 @@ cuda_place* make_place(int logical, int physical) {
   return place;
 }
 
-/// The places, created on first use.
+int count_of(const layout& l, int physical) {
+  const auto found = l.counts.find(physical);
+  return found == l.counts.end() ? 1 : found->second;
+}
+
+/// The logical number of physical device `physical`'s first GPU.
+int first_logical_of(const layout& l, int physical) {
+  int first = 0;
+  for (int p = 0; p < physical; ++p)
+    first += count_of(l, p);
+  return first;
+}
+
+/// The places, created on first use. A failure leaves the layout unfixed,
+/// to be tried again (the places made before it are not reclaimed).
 const std::vector<cuda_place*>& fixed_places(layout& l) {
   if (l.fixed.load(std::memory_order_acquire))
     return l.places;
   std::lock_guard guard{l.mutex};
   if (l.fixed.load(std::memory_order_relaxed))
     return l.places;
-  const int physical = physical_cuda_devices();
-  int logical = 0;
-  for (int p = 0; p < physical; ++p) {
-    const auto found = l.counts.find(p);
-    const int count = found == l.counts.end() ? 1 : found->second;
-    for (int k = 0; k < count; ++k)
-      l.places.push_back(make_place(logical++, p));
-  }
+  std::vector<cuda_place*> made;
+  for (int p = 0; p < physical_cuda_devices(); ++p)
+    for (int k = 0; k < count_of(l, p); ++k)
+      made.push_back(make_place(static_cast<int>(made.size()), p));
+  l.places = std::move(made);
   l.fixed.store(true, std::memory_order_release);
   return l.places;
 }
@@ -138,26 +156,34 @@ void configure_logical_gpus(int physical, int count) {
                        + "; CUDA_VISIBLE_DEVICES applies)");
   auto& l = the_layout();
   std::lock_guard guard{l.mutex};
-  const auto found = l.counts.find(physical);
-  const int current = found == l.counts.end() ? 1 : found->second;
-  if (l.fixed && current != count)
+  const int current = count_of(l, physical);
+  if (current != count && (l.fixed || physical <= l.handed_out_up_to))
     throw device_error("configure_logical_gpus: CUDA device " + std::to_string(physical)
                        + " already serves " + std::to_string(current)
                        + " logical GPUs, and logical GPUs cannot be changed once a GPU was"
-                         " used; configure them before the first GPU tensor");
+                         " used or their devices were handed out; configure them before the"
+                         " first GPU tensor, physical device by physical device");
   l.counts[physical] = count;
 }
 
 std::vector<device_spec> logical_gpus_of(int physical) {
+  if (physical < 0 || physical >= physical_cuda_devices())
+    throw device_error("there is no CUDA device " + std::to_string(physical)
+                       + " (this process sees " + std::to_string(physical_cuda_devices()) + ")");
+  auto& l = the_layout();
+  std::lock_guard guard{l.mutex};
+  l.handed_out_up_to = std::max(l.handed_out_up_to, physical);
+  const int first = first_logical_of(l, physical);
   std::vector<device_spec> devices;
-  for (const auto* place : fixed_places(the_layout()))
-    if (place->physical == physical)
-      devices.push_back(place->device);
+  for (int k = 0; k < count_of(l, physical); ++k)
+    devices.push_back(device_spec{"/gpu:" + std::to_string(first + k)}.canonical());
   return devices;
 }
 
 int logical_gpu_count() {
-  return static_cast<int>(fixed_places(the_layout()).size());
+  auto& l = the_layout();
+  std::lock_guard guard{l.mutex};
+  return first_logical_of(l, physical_cuda_devices());
 }
 
 cuda_place& place_of(const device_spec& device) {
@@ -204,6 +230,7 @@ void wait_for_event(cudaEvent_t event, std::string_view what, std::chrono::milli
       return;
     if (code != cudaErrorNotReady)
       throw_cuda_error(code, "cudaEventQuery(event)", __FILE__, __LINE__);
+    (void) cudaGetLastError(); // "not ready" stays the last error otherwise
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited > timeout)
       throw timeout_error(std::string{what} + ": the GPU did not finish within "

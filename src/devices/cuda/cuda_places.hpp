@@ -15,8 +15,8 @@
 // device-wide synchronize. So a freed block may be reused by the next
 // allocation at once: the pool's reuse is in stream order.
 //
-// The layout is fixed on first use (TF: "virtual devices cannot be
-// modified after being initialized"); the places live until the process
+// The layout is fixed by the first GPU tensor (TF: "virtual devices cannot
+// be modified after being initialized"); the places live until the process
 // ends, because buffers may outlive static destructors.
 
 #include "devices/caching_pool.hpp"
@@ -76,15 +76,17 @@ int physical_cuda_devices() noexcept;
 
 /// Makes physical device `physical` hold `count` logical GPUs. Throws
 /// value_error for a count below 1 or above 64, device_error for a
-/// physical device that does not exist or once the layout is in use with
-/// another count.
+/// physical device that does not exist, and for another count once the
+/// layout is in use or logical_gpus_of handed out this device's or a later
+/// one's GPUs (their numbers would change).
 void configure_logical_gpus(int physical, int count);
 
-/// The logical GPUs of physical device `physical` (their canonical specs),
-/// fixing the layout.
+/// The logical GPUs of physical device `physical` (their canonical specs):
+/// from then on the counts of it and of the devices before it are fixed.
+/// Throws device_error for a physical device that does not exist.
 std::vector<device_spec> logical_gpus_of(int physical);
 
-/// How many logical GPUs there are, fixing the layout (0 without devices).
+/// How many logical GPUs there are (0 without devices).
 int logical_gpu_count();
 
 /// The place of `device` (a GPU spec, index set). Throws device_error
