@@ -26,14 +26,8 @@ namespace lockstep::detail {
 inline tensor start_reduction(const tensor& first, const device_spec& device) {
   if (!is_half(first.dtype()))
     return first.to(device);
-  if (!first.buffer().host_accessible() || !kind_of(device).host_accessible)
-    return converted(first.to(device), dtype::f32); // a device kind's convert kernel
-  auto wide = tensor::uninitialized(dtype::f32, first.shape(), device);
-  visit_dtype(first.dtype(), [&]<class T>(T) {
-    if constexpr (is_half_v<T>)
-      widen(first.data<T>().data(), wide.data<float>().data(), first.num_elements());
-  });
-  return wide;
+  auto wide = converted(first, dtype::f32); // the kind's convert kernel
+  return wide.device() == device.canonical() ? wide : wide.to(device);
 }
 
 /// `accumulator = accumulator op x`, elementwise: add_into for SUM and MEAN
@@ -99,18 +93,8 @@ inline void finish_reduction(reduce_op op, tensor& total, std::size_t count,
                              lockstep::dtype type) {
   if (op == reduce_op::mean)
     divide_into(total, static_cast<std::int64_t>(count));
-  if (total.dtype() == type)
-    return;
-  if (!total.buffer().host_accessible()) {
+  if (total.dtype() != type)
     total = converted(total, type);
-    return;
-  }
-  auto rounded = tensor::uninitialized(type, total.shape(), total.device());
-  visit_dtype(type, [&]<class T>(T) {
-    if constexpr (is_half_v<T>)
-      narrow(total.data<float>().data(), rounded.data<T>().data(), total.num_elements());
-  });
-  total = std::move(rounded);
 }
 
 } // namespace lockstep::detail

@@ -42,13 +42,9 @@ std::mutex& nccl_mutex() {
 /// Calls `release` (ncclCommDestroy or ncclCommAbort) on each of `comms`,
 /// keeping the thread's current CUDA device, which NCCL changes.
 void release_all(const std::vector<ncclComm_t>& comms, ncclResult_t (*release)(ncclComm_t)) {
-  int device = -1;
-  const bool known = cudaGetDevice(&device) == cudaSuccess;
+  cuda_device_keeper keeper;
   for (auto* comm : comms)
     (void) release(comm);
-  if (known)
-    (void) cudaSetDevice(device);
-  (void) cudaGetLastError();
 }
 
 /// Ends an NCCL group that a throw left open (NCCL's group depth is per

@@ -22,6 +22,17 @@ std::string current_cuda_device_text() {
   return known ? "CUDA device " + std::to_string(device) : "no current CUDA device";
 }
 
+cuda_device_keeper::cuda_device_keeper() noexcept
+  : known_(cudaGetDevice(&device_) == cudaSuccess) {
+  (void) cudaGetLastError();
+}
+
+cuda_device_keeper::~cuda_device_keeper() {
+  if (known_)
+    (void) cudaSetDevice(device_);
+  (void) cudaGetLastError();
+}
+
 int cuda_device_count() noexcept {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

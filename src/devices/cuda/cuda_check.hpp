@@ -20,6 +20,21 @@ namespace lockstep::detail {
 /// current CUDA device"; leaves no error behind (for error messages).
 std::string current_cuda_device_text();
 
+/// Restores the calling thread's current CUDA device when it goes, around
+/// calls that change it (cudaSetDevice on teardown paths, NCCL's abort and
+/// destroy). Never throws.
+class cuda_device_keeper {
+public:
+  cuda_device_keeper() noexcept;
+  ~cuda_device_keeper();
+  cuda_device_keeper(const cuda_device_keeper&) = delete;
+  cuda_device_keeper& operator=(const cuda_device_keeper&) = delete;
+
+private:
+  int device_ = -1;
+  bool known_ = false;
+};
+
 /// The CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies);
 /// 0 where there is no driver or no device. Never throws: a program linked
 /// with the CUDA backend runs on the CPU on such a machine.

@@ -59,13 +59,9 @@ void* device_allocate(void* context, std::size_t bytes) {
 
 void device_free(void* context, void* memory) noexcept {
   const auto& place = *static_cast<const cuda_place*>(context);
-  int previous = -1;
-  const bool known = cudaGetDevice(&previous) == cudaSuccess;
+  cuda_device_keeper keeper; // errors ignored: at teardown the driver may be gone
   if (cudaSetDevice(place.physical) == cudaSuccess)
     (void) cudaFree(memory);
-  if (known)
-    (void) cudaSetDevice(previous);
-  (void) cudaGetLastError(); // at teardown the driver may be gone: nothing to do
 }
 
 cuda_place* make_place(int logical, int physical) {

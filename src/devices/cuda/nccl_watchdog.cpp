@@ -26,13 +26,9 @@ struct watched {
 /// Calls ncclCommAbort on every communicator of `work`, keeping the
 /// thread's current CUDA device (NCCL sets its own).
 void abort_all(const nccl_work& work) {
-  int device = -1;
-  const bool known = cudaGetDevice(&device) == cudaSuccess;
+  cuda_device_keeper keeper;
   for (auto* comm : work.communicators)
     (void) ncclCommAbort(comm);
-  if (known)
-    (void) cudaSetDevice(device);
-  (void) cudaGetLastError();
 }
 
 /// What `work` has come to now; aborts its communicators first where the

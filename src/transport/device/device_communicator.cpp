@@ -71,13 +71,7 @@ void device_communicator::reduce_scatter(std::size_t, reduce_op, const tensor&, 
 
 void device_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                      const collective_options& options) {
-  const auto n = static_cast<std::int64_t>(group_.size());
-  if (input.dtype() != output.dtype() || output.num_elements() != n * input.num_elements())
-    throw value_error("all_gather in group '" + group_.tag() + "': the output ("
-                      + std::string(to_string(output.dtype())) + shape_to_string(output.shape())
-                      + ") must hold " + std::to_string(n) + " blocks of the input ("
-                      + std::string(to_string(input.dtype())) + shape_to_string(input.shape())
-                      + ")");
+  check_blocks(group_, rank, "all_gather", input, output, true);
   const auto fingerprint = fingerprint_of(group_, rank, "all_gather", input, options);
   run_collective(group_, rank, fingerprint, &input, options, [&] {
     const auto bytes = input.byte_size();
@@ -92,28 +86,12 @@ void device_communicator::all_gather(std::size_t rank, const tensor& input, tens
 
 void device_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
                                     const collective_options& options) {
-  if (root >= group_.size())
-    throw value_error("broadcast in group '" + group_.tag() + "': root " + std::to_string(root)
-                      + " out of range for a group of " + std::to_string(group_.size()));
-  collective_fingerprint fingerprint;
-  fingerprint.seq = group_.next_seq(rank);
-  fingerprint.op = "broadcast";
-  fingerprint.reduction = "from rank " + std::to_string(root);
-  fingerprint.tag = options.tag;
-  fingerprint.epoch = options.epoch;
-  fingerprint.tensors = buffers.size();
-  if (!buffers.empty()) {
-    fingerprint.dtype = buffers[0].dtype();
-    fingerprint.shape = buffers[0].shape();
-  }
+  const auto fingerprint = broadcast_fingerprint(group_, rank, root, buffers, options);
   run_collective(group_, rank, fingerprint, &buffers, options, [&] {
     if (rank == root)
       return;
+    // The fingerprints agreed: the root has as many buffers, alike.
     const auto& from = *static_cast<const std::span<tensor>*>(group_.payload(root));
-    if (from.size() != buffers.size())
-      throw value_error("broadcast in group '" + group_.tag() + "': the root has "
-                        + std::to_string(from.size()) + " buffers, rank " + std::to_string(rank)
-                        + " " + std::to_string(buffers.size()));
     for (std::size_t i = 0; i < buffers.size(); ++i)
       copy_into(buffers[i], from[i]);
   });
