@@ -422,6 +422,20 @@ TEST_CASE("LOCKSTEP_* or options alone describe a cluster") {
                  "cluster_options::coordinator = \"x\""));
 }
 
+TEST_CASE("a world size beyond max_world_size is refused at resolution, naming the limit") {
+  const env at_limit{{"LOCKSTEP_WORLD_SIZE", std::to_string(max_world_size)},
+                     {"LOCKSTEP_RANK", "7"}, {"LOCKSTEP_COORDINATOR", "127.0.0.1:5000"}};
+  CHECK(resolve(at_limit).world_size == max_world_size);
+  for (const auto* size : {"65537", "4294967297"}) {
+    const auto why = refusal({{"LOCKSTEP_WORLD_SIZE", size}, {"LOCKSTEP_RANK", "1"},
+                              {"LOCKSTEP_COORDINATOR", "127.0.0.1:5000"}});
+    CHECK_MESSAGE(contains(why, std::string("world size ") + size
+                                  + " (LOCKSTEP_WORLD_SIZE) is more than 65536, the most workers "
+                                    "lockstep supports"),
+                  why);
+  }
+}
+
 TEST_CASE("the generation: the launcher's restart count, LOCKSTEP_GENERATION and options on top") {
   const env torch{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}};
   CHECK(resolve(torch).generation == 0);

@@ -60,6 +60,11 @@ struct network_address {
   friend bool operator==(const network_address&, const network_address&) = default;
 };
 
+/// The most workers a cluster may have: the resolver refuses a larger world
+/// size (a typo such as 4294967297 would otherwise size the rendezvous's
+/// lists), and the control plane's frames are sized for it.
+inline constexpr std::size_t max_world_size = 65536;
+
 /// What a worker learns about its cluster.
 struct cluster_spec {
   /// Names the job; workers of different jobs refuse each other.

@@ -116,6 +116,9 @@ cluster_spec finish(cluster_fields fields) {
   spec.rank = *fields.rank.value;
   if (spec.world_size == 0)
     throw value_error(prefix + named(fields.world_size, "world size") + " must be at least 1");
+  if (spec.world_size > max_world_size)
+    throw value_error(prefix + named(fields.world_size, "world size") + " is more than "
+                      + std::to_string(max_world_size) + ", the most workers lockstep supports");
   if (spec.rank >= spec.world_size)
     throw value_error(prefix + named(fields.rank, "rank") + " is not below the "
                       + named(fields.world_size, "world size"));
