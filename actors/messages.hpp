@@ -152,10 +152,15 @@ typename Inspector::result_type inspect(Inspector& f, wire_enum<Enum>& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, agreed_setting& x) {
+  return f(caf::meta::type_name("agreed_setting"), x.name, x.value);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_request& x) {
   return f(caf::meta::type_name("join_request"), x.protocol_version, x.job_id, x.rank,
            x.world_size, x.generation, x.local_replicas, x.host, x.port, x.host_hash,
-           x.config_fingerprint, x.proof);
+           x.settings, x.proof);
 }
 
 template <class Inspector>

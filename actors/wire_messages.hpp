@@ -36,7 +36,7 @@ namespace lockstep::actors {
 
 /// The layout of the messages in this file; join_request carries it and a
 /// coordinator refuses a process whose version differs.
-inline constexpr std::uint32_t wire_protocol_version = 1;
+inline constexpr std::uint32_t wire_protocol_version = 2;
 
 /// Errors as values (runtime/error_value.hpp), sent alone or inside
 /// collective_abort and join_reply.
@@ -44,6 +44,17 @@ using detail::error_kind;
 using detail::error_value;
 
 // -- rendezvous and membership ----------------------------------------------------
+
+/// A setting that every worker of a job must share (lockstep's version,
+/// the replicas per worker, a program's learning rate or seed), by name
+/// and value as text: the rendezvous compares them and names each
+/// worker's value when they differ.
+struct agreed_setting {
+  std::string name;
+  std::string value;
+
+  friend bool operator==(const agreed_setting&, const agreed_setting&) = default;
+};
 
 /// worker -> coordinator (rank 0), the first message on an authenticated
 /// control connection: "I am `rank` of `world_size` in job `job_id`".
@@ -66,9 +77,9 @@ struct join_request {
   /// Identifies the worker's machine: workers with equal hashes share
   /// memory instead of TCP.
   std::uint64_t host_hash = 0;
-  /// A hash of what must agree between workers (replicas per worker, dtype
-  /// policy, build id); a mismatch is refused.
-  std::uint64_t config_fingerprint = 0;
+  /// What must agree between workers, in the order the program declared
+  /// it; the coordinator compares every worker's once all have joined.
+  std::vector<agreed_setting> settings;
   /// The worker's proof that it holds the cluster token: HMAC-SHA256 over
   /// the handshake's transcript (32 bytes); empty without authentication.
   std::vector<std::uint8_t> proof;
@@ -77,7 +88,10 @@ struct join_request {
 };
 
 /// coordinator -> worker: the answer to a join_request, before the
-/// membership (which comes once every worker has joined).
+/// membership (which comes once every worker has joined). A second,
+/// refusing join_reply comes instead of the membership when the
+/// rendezvous fails after the worker was accepted (settings that differ, a
+/// worker that never joined): every worker then raises the same error.
 struct join_reply {
   /// True when the worker is in; otherwise `refusal` says why (a duplicate
   /// rank, a world size, version or configuration that differs).

@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "file_support.hpp"
+#include "log_capture.hpp"
 #include "test_support.hpp"
 
 #include <signal.h>
@@ -36,7 +37,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <spdlog/sinks/ostream_sink.h>
 
 #include "io/atomic_file.hpp"
 #include "runtime/log.hpp"
@@ -170,22 +170,6 @@ std::string as_format_1(const std::string& bytes) {
     header["__metadata__"]["format"] = "lockstep-checkpoint-1";
   });
 }
-
-// Collects what lockstep logs while it lives.
-class log_capture {
-public:
-  log_capture() { detail::logger().sinks().push_back(sink_); }
-  ~log_capture() { std::erase(detail::logger().sinks(), sink_); }
-  log_capture(const log_capture&) = delete;
-  log_capture& operator=(const log_capture&) = delete;
-
-  std::string text() const { return text_.str(); }
-
-private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_ =
-    std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
-};
 
 // -- the file that the failure tests corrupt ------------------------------------
 

@@ -171,7 +171,7 @@ join_request sample_join_request() {
   x.host = "[::1]";
   x.port = u16_max;
   x.host_hash = u64_max;
-  x.config_fingerprint = 0xfedcba9876543210ull;
+  x.settings = {{"lockstep version", "0.1.0"}, {"--lr", "0.05"}, {"empty", ""}};
   x.proof = sample_proof();
   return x;
 }
@@ -231,6 +231,7 @@ const std::vector<error_case>& error_cases() {
     make_case<authentication_error>(error_kind::authentication_error,
                                     "lockstep::authentication_error"),
     make_case<peer_lost_error>(error_kind::peer_lost_error, "lockstep::peer_lost_error"),
+    make_case<cancelled_error>(error_kind::cancelled_error, "lockstep::cancelled_error"),
   };
   return cases;
 }
@@ -434,7 +435,7 @@ TEST_CASE("an enum value that names no enumerator fails to deserialise") {
   SUBCASE("error_kind") {
     const error_value a{error_kind::shape_error, "m", "t"};
     const error_value b{error_kind::value_error, "m", "t"};
-    check_rejected_byte(a, differing_byte(a, b), 14); // the first value that names no kind
+    check_rejected_byte(a, differing_byte(a, b), 15); // the first value that names no kind
     check_rejected_byte(a, differing_byte(a, b), 255);
     const collective_abort c{1, 2, 3, a};
     const collective_abort d{1, 2, 3, b};

@@ -18,9 +18,11 @@
 //   lost kill|stop PHASE  the same inside an all-reduce, at PHASE (the
 //                 test sets LOCKSTEP_FAULT in the last worker's environment)
 //   refused [WHY] (worker 1 is given other replicas per worker, or
-//                 another world size) worker 1 is refused with an error
-//                 that holds WHY (default "local replicas"); the
-//                 coordinator's join times out naming worker 1
+//                 another world size) the join fails with a value_error
+//                 that holds WHY (default "replicas per worker"): on every
+//                 worker for settings that differ; on worker 1 alone for
+//                 another world size, where the coordinator's join times
+//                 out naming worker 1
 //
 // `--slurm-port-base N` before the scenario sets cluster_options'
 // slurm_port_base, as a program run under srun would (no variable sets it).
@@ -472,7 +474,7 @@ int main(int argc, char** argv) {
   const std::string scenario = args.empty() ? "" : args[0];
   try {
     if (scenario == "refused" || scenario == "stale") {
-      const std::string why = args.size() > 1 ? args[1] : "local replicas";
+      const std::string why = args.size() > 1 ? args[1] : "replicas per worker";
       try {
         multi_worker_mirrored_strategy s(cluster_resolver{cluster}, test_options(3s));
       } catch (const authentication_error& e) {

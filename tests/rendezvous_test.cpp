@@ -4,11 +4,16 @@
 // a name with several addresses of which the first refuses, and a name
 // that never resolves, which ends at the deadline naming the address and
 // the last reason. Resolvers are seams here: no DNS is needed, except for
-// the system resolver's own test. No CAF actor system: suite 'unit'.
+// the system resolver's own test. Then the coordinator's side: strangers
+// that connect and stay silent or send garbage, a worker with another
+// token, settings that differ, a world too large to list. No CAF actor
+// system: suite 'unit'.
 
+#include "node/agreed_settings.hpp"
 #include "node/rendezvous.hpp"
 #include "transport/tcp/dial_host.hpp"
 
+#include "log_capture.hpp"
 #include "test_support.hpp"
 
 #include "lockstep/error.hpp"
@@ -17,12 +22,15 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace lockstep;
 using namespace lockstep::detail;
@@ -137,7 +145,7 @@ TEST_CASE("join_rendezvous: a worker started before the coordinator's name resol
   spec.world_size = 2;
   spec.local_world_size = 1;
   spec.coordinator = network_address{"train-master-0", acceptor.local_endpoint().port()};
-  rendezvous_settings coordinator{spec, token, 1, 7, {"127.0.0.1", 5000}, 10s, {}};
+  rendezvous_settings coordinator{spec, token, 1, {}, {"127.0.0.1", 5000}, 10s, {}};
   std::exception_ptr failure;
   rendezvous_result at_coordinator;
   std::thread rank0([&] {
@@ -149,7 +157,7 @@ TEST_CASE("join_rendezvous: a worker started before the coordinator's name resol
   });
   spec.rank = 1;
   const late_resolver names{5, {acceptor.local_endpoint()}};
-  const rendezvous_settings worker{spec, token, 1, 7, {"127.0.0.1", 5001}, 10s, names.resolver()};
+  const rendezvous_settings worker{spec, token, 1, {}, {"127.0.0.1", 5001}, 10s, names.resolver()};
   rendezvous_result joined;
   std::exception_ptr worker_failure;
   try {
@@ -165,4 +173,247 @@ TEST_CASE("join_rendezvous: a worker started before the coordinator's name resol
   REQUIRE(joined.membership.members.size() == 2);
   CHECK(joined.membership.members[1].port == 5001);
   CHECK(at_coordinator.membership.members[1].port == 5001);
+}
+
+// -- the coordinator under strangers, bad tokens and settings that differ ----------
+
+namespace {
+
+/// A cluster of `world` on loopback for in-process rendezvous tests: rank
+/// 0's acceptor and the settings of each rank.
+struct loopback_cluster {
+  asio::io_context context;
+  asio::ip::tcp::acceptor acceptor{context, loopback(0)};
+  std::size_t world;
+  std::chrono::milliseconds join_timeout;
+
+  loopback_cluster(std::size_t world_size, std::chrono::milliseconds timeout)
+    : world(world_size), join_timeout(timeout) {}
+
+  rendezvous_settings settings(std::size_t rank,
+                               std::vector<actors::agreed_setting> agreed = {}) const {
+    cluster_spec spec;
+    spec.job_id = "rendezvous-test";
+    spec.world_size = world;
+    spec.rank = rank;
+    spec.coordinator = network_address{"127.0.0.1", acceptor.local_endpoint().port()};
+    return {spec, token, 1, std::move(agreed),
+            {"127.0.0.1", static_cast<std::uint16_t>(6000 + rank)}, join_timeout, {}};
+  }
+};
+
+/// One rank's rendezvous, run on a thread of its own; what it returned or
+/// threw.
+class rank_thread {
+public:
+  explicit rank_thread(std::function<rendezvous_result()> body)
+    : thread_([this, body = std::move(body)] {
+        try {
+          result_ = body();
+        } catch (...) {
+          failure_ = std::current_exception();
+        }
+        done_.store(true);
+      }) {}
+  ~rank_thread() {
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+  bool done() const { return done_.load(); }
+
+  /// The result, once the rendezvous ended; rethrows its failure.
+  rendezvous_result& get() {
+    if (thread_.joinable())
+      thread_.join();
+    if (failure_)
+      std::rethrow_exception(failure_);
+    return result_;
+  }
+
+private:
+  rendezvous_result result_;
+  std::exception_ptr failure_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+rank_thread coordinator_of(loopback_cluster& cluster,
+                           std::vector<actors::agreed_setting> agreed = {}) {
+  return rank_thread([&cluster, agreed = std::move(agreed)] {
+    return coordinate_rendezvous(cluster.acceptor, cluster.settings(0, agreed));
+  });
+}
+
+rank_thread worker_of(loopback_cluster& cluster, std::size_t rank,
+                      std::vector<actors::agreed_setting> agreed = {}, bytes with_token = token) {
+  return rank_thread([&cluster, rank, agreed = std::move(agreed), with_token] {
+    auto settings = cluster.settings(rank, agreed);
+    settings.token = with_token;
+    // The sockets stay tied to the cluster's context, which outlives them.
+    return join_rendezvous(cluster.context, settings);
+  });
+}
+
+/// A connection to the coordinator that sends `bytes` and then nothing.
+tcp_socket stranger(asio::io_context& context, const asio::ip::tcp::endpoint& at,
+                    const std::string& bytes) {
+  tcp_socket socket(context);
+  socket.connect(at);
+  if (!bytes.empty())
+    asio::write(socket, asio::buffer(bytes));
+  return socket;
+}
+
+} // namespace
+
+TEST_CASE("coordinate_rendezvous: 16 idle and 16 garbage connections do not stall the join") {
+  loopback_cluster cluster(3, 30s);
+  const auto at = cluster.acceptor.local_endpoint();
+  asio::io_context strangers_context;
+  std::vector<tcp_socket> strangers;
+  // Silent ones; garbage too short for a hello (waits for more); garbage
+  // long enough to be refused at once; a hello that stops half way.
+  for (int i = 0; i < 16; ++i)
+    strangers.push_back(stranger(strangers_context, at, ""));
+  for (int i = 0; i < 8; ++i)
+    strangers.push_back(stranger(strangers_context, at, "GET / HTTP/1.0"));
+  for (int i = 0; i < 7; ++i)
+    strangers.push_back(stranger(strangers_context, at, std::string(200, 'x')));
+  strangers.push_back(stranger(strangers_context, at, "LKST\x01"));
+  log_capture log;
+  auto rank0 = coordinator_of(cluster);
+  auto rank1 = worker_of(cluster, 1);
+  auto rank2 = worker_of(cluster, 2);
+  const auto& joined = rank1.get().membership;
+  CHECK(joined.members.size() == 3);
+  CHECK(rank2.get().membership == joined);
+  CHECK(rank0.get().membership == joined);
+  // Each handshake took its own slot: no worker had to try again.
+  CHECK_FALSE(contains(log.text(), "trying again"));
+}
+
+TEST_CASE("coordinate_rendezvous: past max_pending_joins strangers the oldest is dropped") {
+  loopback_cluster cluster(2, 30s);
+  const auto at = cluster.acceptor.local_endpoint();
+  asio::io_context strangers_context;
+  std::vector<tcp_socket> strangers;
+  for (std::size_t i = 0; i < max_pending_joins + 6; ++i)
+    strangers.push_back(stranger(strangers_context, at, ""));
+  log_capture log;
+  auto rank0 = coordinator_of(cluster);
+  auto rank1 = worker_of(cluster, 1);
+  CHECK(rank1.get().membership.members.size() == 2);
+  CHECK(rank0.get().membership.members.size() == 2);
+  CHECK(contains(log.text(), "connections in their handshake; dropped the oldest"));
+  // The first stranger was dropped: its connection reads end of file.
+  boost::system::error_code error;
+  char byte = 0;
+  strangers.front().read_some(asio::buffer(&byte, 1), error);
+  CHECK(error == asio::error::eof);
+}
+
+TEST_CASE("coordinate_rendezvous: a worker with another token is logged at once and named by "
+          "every worker's join error") {
+  loopback_cluster cluster(3, 3s);
+  log_capture log;
+  auto rank0 = coordinator_of(cluster);
+  auto rank1 = worker_of(cluster, 1);
+  bytes other_token = token;
+  other_token.back() = 'g';
+  auto rank2 = worker_of(cluster, 2, {}, other_token);
+  const auto refused = error_of<authentication_error>([&] { rank2.get(); });
+  CHECK(contains(refused, "did not prove the cluster token"));
+  // Logged while the coordinator still waits, with the address and the
+  // reason.
+  const auto logged_at_once = [&] {
+    return contains(log.text(), "(another cluster token)");
+  };
+  while (!logged_at_once() && !rank0.done())
+    std::this_thread::sleep_for(1ms);
+  CHECK(logged_at_once());
+  CHECK_FALSE(rank0.done());
+  const auto logged = log.text();
+  CHECK_MESSAGE(contains(logged, "rendezvous: 127.0.0.1:"), logged);
+  CHECK_MESSAGE(contains(logged, "it did not accept this cluster's proof of the token (another "
+                                 "cluster token)"),
+                logged);
+  const auto at_coordinator = error_of<timeout_error>([&] { rank0.get(); });
+  CHECK(contains(at_coordinator, "worker(s) 2 of 3 did not join within 3000 ms; refused "
+                                 "meanwhile: 127.0.0.1:"));
+  CHECK(contains(at_coordinator, "(another cluster token)"));
+  // The worker that joined hears the same error, not a closed connection.
+  const auto at_worker = error_of<timeout_error>([&] { rank1.get(); });
+  CHECK_MESSAGE(at_worker == at_coordinator, at_worker);
+}
+
+TEST_CASE("coordinate_rendezvous: settings that differ fail every worker, naming each value and "
+          "rank") {
+  loopback_cluster cluster(3, 30s);
+  const std::vector<actors::agreed_setting> agreed{{"--lr", "0.1"}, {"--seed", "42"}};
+  auto rank0 = coordinator_of(cluster, agreed);
+  auto rank1 = worker_of(cluster, 1, {{"--lr", "0.1"}, {"--seed", "7"}});
+  auto rank2 = worker_of(cluster, 2, {{"--lr", "0.05"}, {"--seed", "42"}, {"--epochs", "3"}});
+  const auto expected =
+    "rendezvous of job 'rendezvous-test': the workers' settings differ (every worker must run "
+    "with the same): --lr is \"0.1\" on workers 0, 1; \"0.05\" on worker 2. --seed is \"42\" on "
+    "workers 0, 2; \"7\" on worker 1. --epochs is not declared on workers 0, 1; \"3\" on worker 2";
+  CHECK(error_of<value_error>([&] { rank0.get(); }) == expected);
+  CHECK(error_of<value_error>([&] { rank1.get(); }) == expected);
+  CHECK(error_of<value_error>([&] { rank2.get(); }) == expected);
+}
+
+TEST_CASE("coordinate_rendezvous: equal settings join; a world of 2000 lists its missing ranks "
+          "cut") {
+  loopback_cluster agreeing(2, 30s);
+  auto rank0 = coordinator_of(agreeing, {{"--lr", "0.1"}});
+  auto rank1 = worker_of(agreeing, 1, {{"--lr", "0.1"}});
+  CHECK(rank1.get().membership.members.size() == 2);
+  CHECK(rank0.get().membership.members.size() == 2);
+
+  loopback_cluster large(2000, 200ms);
+  const auto why =
+    error_of<timeout_error>([&] { coordinate_rendezvous(large.acceptor, large.settings(0)); });
+  CHECK(contains(why, "worker(s) 1, 2, 3, 4, 5, 6, 7, 8, ... and 1991 more of 2000 did not join"));
+  CHECK(why.size() < 200);
+}
+
+TEST_CASE("check_agreed_settings: the limits, and lockstep's own names") {
+  CHECK_NOTHROW(check_agreed_settings({{"--lr", "0.1"}, {"seed", ""}}));
+  CHECK(contains(error_of<value_error>([] { check_agreed_settings({{"", "1"}}); }),
+                 "a setting's name must have 1 to 128 bytes"));
+  CHECK(contains(error_of<value_error>([] { check_agreed_settings({{"a", "1"}, {"a", "2"}}); }),
+                 "\"a\" is declared twice"));
+  CHECK(contains(error_of<value_error>([] {
+                   check_agreed_settings({{"a", std::string(max_setting_value_bytes + 1, 'v')}});
+                 }),
+                 "the value of \"a\" has 1025 bytes, at most 1024"));
+  std::vector<actors::agreed_setting> many;
+  for (std::size_t i = 0; i <= max_agreed_settings; ++i)
+    many.push_back({"s" + std::to_string(i), "1"});
+  CHECK(contains(error_of<value_error>([&] { check_agreed_settings(many); }),
+                 "65 settings, at most 64"));
+}
+
+TEST_CASE("dial_host: the first failure is logged at once, then at most a line per interval") {
+  log_capture log;
+  asio::io_context context;
+  tcp_socket socket(context);
+  const late_resolver never{1 << 30, {}};
+  error_of<timeout_error>([&] {
+    dial_host(socket, {"master-0.train.svc", 23456}, "the coordinator", io_clock::now() + 1500ms,
+              never.resolver(), {.report_interval = 500ms});
+  });
+  const auto text = log.text();
+  CHECK_MESSAGE(contains(text, "dialing the coordinator at master-0.train.svc:23456: cannot "
+                               "resolve 'master-0.train.svc': Host not found; retrying for up to"),
+                text);
+  std::size_t lines = 0;
+  for (std::size_t at = 0; (at = text.find("dialing the coordinator", at)) != std::string::npos;
+       ++at)
+    ++lines;
+  CHECK(lines >= 2); // the first, and progress
+  CHECK(lines <= 4); // not one per attempt (there were dozens)
+  CHECK(never.lookups->load() > 4);
+  CHECK(contains(text, "still failing after"));
 }

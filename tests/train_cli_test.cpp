@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "child_process.hpp"
+#include "fashion_mnist_files.hpp"
 #include "file_support.hpp"
 #include "timeline_support.hpp"
 
@@ -89,36 +90,6 @@ outcome run(const std::vector<std::string>& args, const fs::path& cwd, int worke
   result.out = read_file(out_path);
   result.err = read_file(err_path);
   return result;
-}
-
-/// An IDX file: magic 0 0 8 (unsigned bytes) and the rank, the dimensions
-/// as big-endian u32, then the bytes.
-void write_idx(const fs::path& path, const std::vector<std::uint32_t>& dims,
-               const std::string& bytes) {
-  std::string file{'\0', '\0', '\x08', static_cast<char>(dims.size())};
-  for (auto d : dims)
-    for (int shift = 24; shift >= 0; shift -= 8)
-      file += static_cast<char>((d >> shift) & 0xff);
-  write_file(path, file + bytes);
-}
-
-/// A Fashion-MNIST-shaped data set in `dir`: `train` and `test` images of
-/// 28x28 random bytes with labels 0-9 in turn.
-void write_data(const fs::path& dir, std::uint32_t train, std::uint32_t test) {
-  fs::create_directories(dir);
-  std::mt19937 generator{5};
-  const auto split = [&](const char* images, const char* labels, std::uint32_t n) {
-    std::string pixels(std::size_t{n} * 784, '\0');
-    for (auto& p : pixels)
-      p = static_cast<char>(generator() & 0xff);
-    std::string classes(n, '\0');
-    for (std::uint32_t i = 0; i < n; ++i)
-      classes[i] = static_cast<char>(i % 10);
-    write_idx(dir / images, {n, 28, 28}, pixels);
-    write_idx(dir / labels, {n}, classes);
-  };
-  split("train-images-idx3-ubyte", "train-labels-idx1-ubyte", train);
-  split("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", test);
 }
 
 /// A directory with a data set of 256 training images (8 steps of the

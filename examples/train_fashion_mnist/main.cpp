@@ -8,7 +8,8 @@
 //                       [--data-dir DIR]
 //
 // Ctrl-C saves a checkpoint (with --checkpoint-dir) and exits; running the
-// same command again resumes from it. Exit status: 0 done, 1 an error
+// same command again resumes from it. Ctrl-C while the workers of a
+// multi-worker run are joining ends the join at once (status 130). Exit status: 0 done, 1 an error
 // (data, checkpoints, outputs, a diverging loss), 2 a bad command line,
 // 75 a lost worker (lockstep::peer_lost_exit_status: lockstep-run
 // --max-restarts restarts the world from the last checkpoint), 130
@@ -41,6 +42,7 @@ std::atomic<bool> stop_requested{false};
 
 extern "C" void request_stop(int) {
   stop_requested.store(true);
+  lockstep::cancel_joins(); // a join in progress ends now, not at its timeout
   // A second Ctrl-C ends the process the default way.
   std::signal(SIGINT, SIG_DFL);
 }
@@ -182,6 +184,9 @@ int main(int argc, char** argv) {
   } catch (const lockstep::peer_lost_error& e) {
     std::cerr << "train_fashion_mnist: " << printable(e.what(), false) << "\n";
     return lockstep::peer_lost_exit_status;
+  } catch (const lockstep::cancelled_error& e) {
+    std::cerr << "train_fashion_mnist: interrupted: " << printable(e.what(), false) << "\n";
+    return 130;
   } catch (const std::exception& e) {
     std::cerr << "train_fashion_mnist: " << printable(e.what(), false) << "\n";
     return 1;

@@ -1,5 +1,6 @@
 #include "trainer.hpp"
 
+#include "agreed_settings.hpp"
 #include "printable.hpp"
 #include "recorded_config.hpp"
 
@@ -307,12 +308,16 @@ value_error diverged(double loss, int epoch, std::int64_t step, std::int64_t ste
 }
 
 /// A multi-worker strategy when a launcher configured a cluster (each
-/// worker with `replicas` CPU devices), else a mirrored one.
-lockstep::strategy make_strategy(int replicas) {
+/// worker with `config.replicas` CPU devices, all workers with the same
+/// settings), else a mirrored one.
+lockstep::strategy make_strategy(const training_config& config, const training_data& data) {
   const cluster_resolver resolver;
   if (resolver.spec().world_size > 1 && !resolver.spec().is_evaluator())
-    return multi_worker_mirrored_strategy{resolver, {.local_devices = cpu_devices(replicas)}};
-  return mirrored_strategy{cpu_devices(replicas)};
+    return multi_worker_mirrored_strategy{
+      resolver,
+      {.local_devices = cpu_devices(config.replicas),
+       .agreed_settings = settings_to_agree(config, data)}};
+  return mirrored_strategy{cpu_devices(config.replicas)};
 }
 
 } // namespace
@@ -325,7 +330,7 @@ void keep_freed_memory() {
 training_result train(const training_config& config, const training_data& data,
                       const training_observer& observer, const std::atomic<bool>* stop) {
   check_config(config, data);
-  const auto strategy = make_strategy(config.replicas);
+  const auto strategy = make_strategy(config, data);
   if (config.slow_replica >= 0
       && static_cast<std::size_t>(config.slow_replica) >= strategy.num_replicas_in_sync())
     throw value_error("slow replica " + std::to_string(config.slow_replica)

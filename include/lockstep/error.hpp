@@ -100,6 +100,13 @@ public:
   using error::error;
 };
 
+/// TF's CancelledError: the program asked a wait to end (cancel_joins()
+/// from a Ctrl-C handler stops a join in progress); nothing failed.
+class cancelled_error : public error {
+public:
+  using error::error;
+};
+
 /// The exit status a worker process gives for a peer_lost_error
 /// (EX_TEMPFAIL): `lockstep-run --max-restarts` restarts the world for it,
 /// as for a worker killed by a signal, while other failures end the job.

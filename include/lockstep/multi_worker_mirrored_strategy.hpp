@@ -7,9 +7,17 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace lockstep {
+
+/// A setting that every worker of a job must share, by name and value as
+/// text: {"--lr", "0.05"}. See multi_worker_options::agreed_settings.
+struct agreed_setting {
+  std::string name;
+  std::string value;
+};
 
 /// Settings of a multi-worker strategy.
 struct multi_worker_options {
@@ -25,7 +33,25 @@ struct multi_worker_options {
   std::chrono::milliseconds peer_timeout{std::chrono::seconds{10}};
   /// How often workers send heartbeats (well below peer_timeout).
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds{1}};
+  /// Settings every worker must share: declare each that changes the
+  /// numbers a job computes (a learning rate, a seed, the epochs). Once
+  /// every worker has joined, the coordinator compares them; when any
+  /// differs, the constructor throws value_error on every worker, naming
+  /// each setting that differs and which workers hold which value. lockstep
+  /// adds its own version and the replicas per worker ("lockstep version",
+  /// "replicas per worker", names a program may not use). At most 64
+  /// settings, names of 1 to 128 bytes, each once, values of at most 1024
+  /// bytes.
+  std::vector<agreed_setting> agreed_settings;
 };
+
+/// Ends every join of a multi-worker strategy in progress, and every later
+/// one, at once: the constructor throws cancelled_error on this worker (the
+/// coordinator passes the error on to the workers that joined it). Safe to
+/// call from a signal handler (an atomic store and a write(2)): a Ctrl-C
+/// handler calls it so that an interrupt does not wait out the join
+/// timeout. For a program that is stopping; there is no undo.
+void cancel_joins() noexcept;
 
 /// TF's MultiWorkerMirroredStrategy (CollectiveAllReduceStrategy): every
 /// worker process runs the same program; the replicas are the local

@@ -57,7 +57,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
     coordinator && spec.listen.port == coordinator_port ? std::uint16_t{0} : spec.listen.port;
   auto data = listen_at(*context_, spec.listen.host, data_port, "ring connections");
   rendezvous_settings rendezvous{spec, token, settings.local_replicas,
-                                 settings.config_fingerprint,
+                                 settings.settings,
                                  {spec.listen.host, data.local_endpoint().port()},
                                  settings.join_timeout};
   rendezvous_result joined;

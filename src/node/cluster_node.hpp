@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace lockstep::detail {
 
@@ -33,7 +34,8 @@ class control_links;
 
 struct node_settings {
   std::uint32_t local_replicas = 1;
-  std::uint64_t config_fingerprint = 0;
+  /// What every worker must share (rendezvous.hpp).
+  std::vector<actors::agreed_setting> settings;
   std::chrono::milliseconds join_timeout{std::chrono::seconds{300}};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds{1}};
   std::chrono::milliseconds peer_timeout{std::chrono::seconds{10}};

@@ -14,9 +14,11 @@
 
 namespace lockstep::detail {
 
-/// The most a control frame may carry: a membership of thousands of
-/// workers fits; a hostile length prefix costs nothing (frame.hpp).
-inline constexpr std::size_t max_control_payload = 1 << 20;
+/// The most a control frame may carry: a membership of max_world_size
+/// workers with host names of 255 bytes fits. Control frames come only from
+/// authenticated peers (a join_request's, before, is capped far lower:
+/// pending_join.hpp); a length prefix beyond this costs nothing (frame.hpp).
+inline constexpr std::size_t max_control_payload = 32 << 20;
 
 enum class control_kind : std::uint32_t {
   join_request = 1,

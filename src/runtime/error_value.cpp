@@ -67,6 +67,8 @@ std::string_view to_string(error_kind kind) noexcept {
       return "authentication_error";
     case error_kind::peer_lost_error:
       return "peer_lost_error";
+    case error_kind::cancelled_error:
+      return "cancelled_error";
     case error_kind::unknown:
       return "unknown";
   }
@@ -89,6 +91,7 @@ bool is_valid(error_kind kind) noexcept {
     case error_kind::device_error:
     case error_kind::authentication_error:
     case error_kind::peer_lost_error:
+    case error_kind::cancelled_error:
       return true;
   }
   return false;
@@ -125,6 +128,8 @@ error_value to_error_value(const std::exception_ptr& error) {
     return caught(error_kind::authentication_error, e);
   } catch (const peer_lost_error& e) {
     return caught(error_kind::peer_lost_error, e);
+  } catch (const cancelled_error& e) {
+    return caught(error_kind::cancelled_error, e);
   } catch (const lockstep::error& e) {
     return caught(error_kind::error, e);
   } catch (const std::exception& e) {
@@ -167,6 +172,8 @@ void rethrow(const error_value& error) {
       throw authentication_error(what);
     case error_kind::peer_lost_error:
       throw peer_lost_error(what);
+    case error_kind::cancelled_error:
+      throw cancelled_error(what);
     case error_kind::unknown:
       break;
   }

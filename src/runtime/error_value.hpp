@@ -40,6 +40,7 @@ enum class error_kind : std::uint8_t {
   device_error = 11,
   authentication_error = 12,
   peer_lost_error = 13,
+  cancelled_error = 14,
 };
 
 /// True for a value of `kind` that names one of the kinds above (a value

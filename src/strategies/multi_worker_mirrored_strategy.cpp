@@ -6,6 +6,7 @@
 
 #include "cluster/cluster_token.hpp"
 #include "cross_device_ops/cluster_all_reduce.hpp"
+#include "node/agreed_settings.hpp"
 #include "node/cluster_node.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
@@ -23,19 +24,28 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <functional>
 #include <string>
 
 namespace lockstep {
 
 namespace {
 
-/// What must agree between workers: lockstep's version, the wire protocol
-/// and the replicas per worker.
-std::uint64_t config_fingerprint(std::size_t local_replicas) {
-  return std::hash<std::string>{}(std::string(version) + "/"
-                                  + std::to_string(actors::wire_protocol_version) + "/"
-                                  + std::to_string(local_replicas));
+/// What must agree between workers: lockstep's version, the replicas per
+/// worker, then the program's settings. (The wire protocol is checked
+/// before: a worker of another one cannot be read.)
+std::vector<actors::agreed_setting> agreed_settings(std::size_t local_replicas,
+                                                    const multi_worker_options& options) {
+  std::vector<actors::agreed_setting> settings{
+    {"lockstep version", std::string(version)},
+    {"replicas per worker", std::to_string(local_replicas)}};
+  for (const auto& [name, value] : options.agreed_settings) {
+    if (name == settings[0].name || name == settings[1].name)
+      throw value_error("multi_worker_options::agreed_settings: \"" + name
+                        + "\" is lockstep's own setting; give yours another name");
+    settings.push_back({name, value});
+  }
+  detail::check_agreed_settings(settings);
+  return settings;
 }
 
 /// The token of the environment, or on one host without one, a key made
@@ -94,10 +104,11 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
     detail::start_replicas(*state);
     return state;
   }
+  auto settings_to_agree = agreed_settings(devices.size(), options);
   const auto key = cluster_key(spec);
   detail::set_fault_worker(spec.rank, spec.generation);
   detail::node_settings settings{.local_replicas = static_cast<std::uint32_t>(devices.size()),
-                                 .config_fingerprint = config_fingerprint(devices.size()),
+                                 .settings = std::move(settings_to_agree),
                                  .join_timeout = options.join_timeout,
                                  .heartbeat_interval = options.heartbeat_interval,
                                  .peer_timeout = options.peer_timeout};

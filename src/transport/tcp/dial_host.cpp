@@ -68,12 +68,21 @@ host_resolver system_resolver() {
 }
 
 void dial_host(tcp_socket& socket, const network_address& address, std::string_view peer,
-               io_clock::time_point deadline, const host_resolver& resolve) {
+               io_clock::time_point deadline, const host_resolver& resolve,
+               const dial_waits& waits) {
   const auto who = std::string(peer) + " at " + address.to_string();
+  const auto start = io_clock::now();
+  const auto seconds = [](io_clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+  };
   auto pause = first_dial_pause;
+  auto next_report = start;
   std::string reason;
-  for (bool first_round = true;; first_round = false) {
-    const auto found = resolve(address.host, address.port, deadline);
+  for (;;) {
+    if (waits.check)
+      waits.check();
+    const auto found =
+      resolve(address.host, address.port, std::min(deadline, io_clock::now() + lookup_slice));
     if (found.endpoints.empty())
       reason = found.error;
     for (const auto& endpoint : found.endpoints) {
@@ -83,12 +92,26 @@ void dial_host(tcp_socket& socket, const network_address& address, std::string_v
         return;
       reason = text_of(endpoint) + ": " + error.message();
     }
-    if (first_round)
-      LOCKSTEP_LOG_INFO("dialing {}: {}; retrying until the deadline", who, reason);
-    if (io_clock::now() + pause >= deadline)
+    const auto now = io_clock::now();
+    if (now + pause >= deadline)
       throw timeout_error(who + " did not accept a connection before the deadline (last: "
                           + reason + ")");
-    std::this_thread::sleep_for(pause);
+    // The first failure at once, then a line per report interval: a worker
+    // that cannot reach its peer says so, without a line per attempt.
+    if (now >= next_report) {
+      if (next_report == start)
+        LOCKSTEP_LOG_WARN("dialing {}: {}; retrying for up to {} s", who, reason,
+                          seconds(deadline - now));
+      else
+        LOCKSTEP_LOG_WARN("dialing {}: still failing after {} s (last: {}); retrying for up to "
+                          "{} s more",
+                          who, seconds(now - start), reason, seconds(deadline - now));
+      next_report = now + waits.report_interval;
+    }
+    if (waits.sleep)
+      waits.sleep(pause);
+    else
+      std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, longest_dial_pause);
   }
 }

@@ -44,12 +44,33 @@ host_resolver system_resolver();
 /// (a refusal answers at once; a host that drops the SYN never does).
 inline constexpr std::chrono::seconds address_attempt_timeout{5};
 
+/// The longest one round waits for a lookup (a lookup still running then
+/// goes on, and the next round waits for it again).
+inline constexpr std::chrono::seconds lookup_slice{5};
+
+/// How a dial waits between rounds, and what it looks at before each.
+struct dial_waits {
+  /// Called before every round; it may throw to end the dial (a join's
+  /// cancellation). Empty: nothing.
+  std::function<void()> check;
+  /// Sleeps between rounds; empty: std::this_thread::sleep_for. (A join
+  /// passes one that wakes at once for a cancellation.)
+  std::function<void(std::chrono::milliseconds)> sleep;
+  /// The first failure is logged (warn) at once, then one line at most per
+  /// this interval until the dial ends.
+  std::chrono::milliseconds report_interval{std::chrono::seconds{30}};
+};
+
 /// Connects `socket` to `address`: every round looks its host up with
 /// `resolve` and tries each address it gives, in order, until one accepts;
 /// rounds repeat with a growing pause (10 ms to 1 s) until the deadline.
+/// The first failed round is logged at once, with the time it goes on
+/// trying, and then at most one line per `waits.report_interval`.
 /// Throws lockstep::timeout_error naming `peer`, the address and the last
-/// reason (the lookup's error or the last address's) at the deadline.
+/// reason (the lookup's error or the last address's) at the deadline, and
+/// what `waits.check` throws.
 void dial_host(tcp_socket& socket, const network_address& address, std::string_view peer,
-               io_clock::time_point deadline, const host_resolver& resolve = system_resolver());
+               io_clock::time_point deadline, const host_resolver& resolve = system_resolver(),
+               const dial_waits& waits = {});
 
 } // namespace lockstep::detail

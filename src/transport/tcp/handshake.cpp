@@ -129,10 +129,12 @@ bytes server_handshake::challenge(std::span<const std::uint8_t> head,
     throw handshake_refused("a job id of the wrong length");
   const std::string_view job(reinterpret_cast<const char*>(job_id.data()), job_id.size());
   if (job != self_.job_id)
-    throw handshake_refused("job id does not match this cluster's");
+    throw handshake_refused("job id '" + std::string(job) + "', this cluster's is '" + self_.job_id
+                            + "' (a process of another job)");
   if (const auto generation = load_le<std::uint64_t>(head, 6); generation != self_.generation)
     throw handshake_refused("generation " + std::to_string(generation) + ", this cluster is at "
-                            + std::to_string(self_.generation));
+                            + std::to_string(self_.generation)
+                            + " (a worker of an earlier or later start of the job)");
   peer_.rank = load_le<std::uint32_t>(head, 14);
   std::copy_n(head.begin() + 18, client_nonce_.size(), client_nonce_.begin());
   const auto fresh = random_bytes(nonce_.size());
@@ -152,7 +154,8 @@ bytes server_handshake::accept(std::span<const std::uint8_t> response) {
   if (transcript_.empty())
     throw handshake_refused("a response before the challenge");
   if (!same(hmac_sha256(token_, {text("C"), transcript_}), response))
-    throw handshake_refused("the client's proof of the token does not verify");
+    throw handshake_refused("the client's proof of the token does not verify (another cluster "
+                            "token)");
   peer_.session_key = session_key(token_, client_nonce_, nonce_);
   const auto mac = hmac_sha256(token_, {text("A"), transcript_});
   return {mac.begin(), mac.end()};
