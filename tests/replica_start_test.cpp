@@ -2,7 +2,8 @@
 // what failed and how many had started, stops those, and leaves the process
 // able to exit. Two ways in: an injected failure of the N-th replica start
 // (coordinator's test seam), and a real limit on threads (RLIMIT_NPROC) in
-// a child process run as an otherwise unused uid.
+// a child process run as an otherwise unused uid (skipped, saying why, where
+// that uid cannot reach the build: not root, or a build under /root).
 
 #include "actors/coordinator.hpp"
 
@@ -12,13 +13,14 @@
 
 #include "child_process.hpp"
 #include "file_support.hpp"
+#include "other_uid.hpp"
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -55,28 +57,22 @@ child_result run_child(const std::vector<std::string>& argv,
   return {exit.status, read_file(output)};
 }
 
-/// A uid with no account and, for this test's purpose, no processes: the
-/// limit counts every process of the uid, and tests run in parallel.
-std::string unused_uid(int test_case) {
-  for (auto uid = 61000 + (::getpid() % 1000) * 8 + test_case;; uid += 8000)
-    if (::getpwuid(static_cast<uid_t>(uid)) == nullptr)
-      return std::to_string(uid);
-}
-
-/// Runs the child as `uid` under a limit of `nproc` processes and threads,
-/// with a scheduler of two threads whatever the machine's cores.
+/// Runs the child as an unused uid under a limit of `nproc` processes and
+/// threads, with a scheduler of two threads whatever the machine's cores.
 child_result run_limited(int test_case, int nproc, int replicas) {
-  const auto uid = unused_uid(test_case);
-  return run_child({"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups", "prlimit",
-                    "--nproc=" + std::to_string(nproc), "--", child_path(),
-                    std::to_string(replicas)},
-                   {"LOCKSTEP_SCHEDULER_THREADS=2"}, 60s);
+  auto argv = as_uid_limited(unused_uid(test_case), nproc);
+  argv.insert(argv.end(), {child_path(), std::to_string(replicas)});
+  return run_child(argv, {"LOCKSTEP_SCHEDULER_THREADS=2"}, 60s);
 }
 
+/// False, with the reason as a message, where the child cannot run as
+/// another uid: not root, or a build other users cannot reach (under /root).
+/// Probed once: the child without arguments prints its usage and exits 2.
 bool can_run_as_other_users() {
-  if (::geteuid() == 0)
+  static const auto unusable = other_uid_unusable({child_path()}, 2);
+  if (unusable.empty())
     return true;
-  MESSAGE("not root: the tests under a real thread limit need to run as another uid; skipped");
+  MESSAGE("skipped: " << unusable);
   return false;
 }
 
@@ -146,4 +142,21 @@ TEST_CASE("the same limit with room for every thread lets the strategy start (th
   INFO(result.output);
   CHECK(result.exit_code == 0);
   CHECK(result.output.find("started; all_reduce gave") != std::string::npos);
+}
+
+TEST_CASE("a child that other users cannot reach is found out first, and the skip names why") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: not root: the probe runs its child as another uid");
+    return;
+  }
+  // A build under /root, in small: the child in a directory of mode 0700.
+  temporary_directory closed{"replica_start_closed"};
+  std::filesystem::permissions(closed.path(), std::filesystem::perms::owner_all);
+  const auto copy = closed.path() / "replica_start_child";
+  std::filesystem::copy_file(child_path(), copy);
+  const auto reason = other_uid_unusable({copy.string()}, 2);
+  INFO(reason);
+  CHECK(reason.find("cannot run " + copy.string() + ": exit status 126") != std::string::npos);
+  CHECK(reason.find("other users cannot enter " + closed.path().string() + " (mode 0700)")
+        != std::string::npos);
 }

@@ -9,10 +9,10 @@
 # Open MPI's (hot, --working-set 1) and rotated past the cache (cold, the
 # default). It prints the median of each over the rounds and the ratios.
 #
-# Needs Open MPI (apt-get install libopenmpi-dev openmpi-bin; not in
-# tools/install-deps.sh, as only this comparison uses it) and a build of
-# bench/allreduce in build/ (tools/test.sh makes one). Everything it builds
-# and runs is in this repository.
+# Set-up, like tools/build.sh and safe to run again: it installs what is
+# missing, Open MPI included (tools/install-deps.sh --comparisons), configures
+# build/ and builds build/bench/allreduce. Everything it builds and runs is
+# in this repository.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,16 +20,15 @@ rounds="${1:-5}"
 sizes=4,1048576,16777216,67108864
 work="$repo/build/compare_mpi"
 
+"$repo/tools/install-deps.sh" --comparisons >&2
 for tool in mpicxx mpirun python3; do
   command -v "$tool" >/dev/null || {
-    echo "compare_mpi: $tool not found (Open MPI: apt-get install libopenmpi-dev openmpi-bin)" >&2
+    echo "compare_mpi: $tool not found after tools/install-deps.sh --comparisons" >&2
     exit 1
   }
 done
-[[ -x "$repo/build/bench/allreduce" ]] || {
-  echo "compare_mpi: build/bench/allreduce missing; run tools/test.sh first" >&2
-  exit 1
-}
+"$repo/tools/configure.sh" build >&2
+meson compile -C "$repo/build" bench/allreduce >&2
 
 mkdir -p "$work"
 rm -f "$work"/round-*

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/compare_tcp.sh [--rounds N] [--workers LIST] [--json FILE] [--quick]
+# tools/compare_tcp.sh [--rounds N] [--workers LIST] [--json FILE] [--quick] [--setup-only]
 #
 # Issue 15's comparison with the peers over TCP loopback: the all-reduce
 # between worker processes of `bench/allreduce --workers` (one replica per
@@ -13,6 +13,8 @@
 #   --json FILE     also write {"rows": [...], "targets": [...], "bound_gbs_total": ...}.
 #   --quick         short batches: a smoke test of the mechanics; its
 #                   figures mean little.
+#   --setup-only    install and build what the comparison needs, then exit
+#                   without running it.
 #
 # What runs, each a fresh set of processes on this host, in place, float32
 # SUM, sizes 4 B, 1, 4, 16 and 64 MiB per process:
@@ -55,14 +57,16 @@
 # Each is printed as PASS or MISS; --json lists them as the other benchmarks
 # do (target, measured, limit, at_least, unit, pass).
 #
-# Needs g++, Open MPI and Gloo (apt-get install libopenmpi-dev openmpi-bin
-# libgloo-dev; not in tools/install-deps.sh, as only the comparisons use
-# them) and a build of bench/allreduce in build/ (tools/test.sh makes one).
-# It builds the peers into build/compare_tcp/, where the raw output of every
-# launch stays (round-R-NAME.out / .log, round-R-lockstep.json).
-# Exit status: 0 with a report, whether or not the targets are met; 1 when
-# a launch failed (crashed, timed out or found a wrong sum; the report
-# leaves it out); 2 for bad arguments or missing tools.
+# Set-up, like tools/build.sh and safe to run again: it installs what is
+# missing, Open MPI and Gloo included (tools/install-deps.sh --comparisons:
+# libopenmpi-dev and libgloo-dev besides lockstep's own packages), configures
+# build/ (tools/configure.sh) and builds build/bench/allreduce, then builds
+# the peers into build/compare_tcp/, where the raw output of every launch
+# stays (round-R-NAME.out / .log, round-R-lockstep.json).
+# Exit status: 0 with a report (or after --setup-only), whether or not the
+# targets are met; 1 when a launch failed (crashed, timed out or found a
+# wrong sum; the report leaves it out); 2 for bad arguments or a failed
+# set-up.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -71,7 +75,7 @@ sizes=4,1048576,4194304,16777216,67108864
 work="$repo/build/compare_tcp"
 
 usage() {
-  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 die() {
@@ -85,6 +89,7 @@ rounds=""
 workers=2,4
 json=""
 quick=0
+setup_only=0
 while (($#)); do
   case "$1" in
     --rounds) (($# >= 2)) || usage; rounds="$2"; shift 2 ;;
@@ -94,6 +99,7 @@ while (($#)); do
     --json) (($# >= 2)) || usage; json="$2"; shift 2 ;;
     --json=*) json="${1#*=}"; shift ;;
     --quick) quick=1; shift ;;
+    --setup-only) setup_only=1; shift ;;
     -h|--help) usage ;;
     *) echo "compare_tcp: unknown argument $1" >&2; usage ;;
   esac
@@ -124,16 +130,18 @@ fi
 
 # -- tools and builds -------------------------------------------------------------
 
+"$repo/tools/install-deps.sh" --comparisons >&2 \
+  || die "installing the packages it needs failed (tools/install-deps.sh --comparisons)"
+# What install-deps just installed, checked once more in case a package
+# changed its contents.
 for tool in g++ mpicxx mpirun python3 timeout; do
-  command -v "$tool" >/dev/null \
-    || die "$tool not found (Open MPI and Gloo: apt-get install libopenmpi-dev openmpi-bin libgloo-dev)"
+  command -v "$tool" >/dev/null || die "$tool not found after tools/install-deps.sh --comparisons"
 done
 echo '#include <gloo/allreduce.h>' | g++ -std=c++20 -E -x c++ - >/dev/null 2>&1 \
-  || die "Gloo's headers not found (apt-get install libgloo-dev)"
+  || die "Gloo's headers not found after tools/install-deps.sh --comparisons (libgloo-dev)"
+"$repo/tools/configure.sh" build >&2 || die "configuring build/ failed"
+meson compile -C "$repo/build" bench/allreduce >&2 || die "building build/bench/allreduce failed"
 allreduce="$repo/build/bench/allreduce"
-[[ -x "$allreduce" ]] || die "build/bench/allreduce missing; run tools/test.sh first"
-"$allreduce" --help 2>&1 | grep -q -- '--workers' \
-  || die "build/bench/allreduce has no --workers mode; rebuild it"
 
 mkdir -p "$work"
 rm -rf "$work"/round-* "$work/lockstep" "$work/tmp"
@@ -151,6 +159,10 @@ mpicxx -O3 -march=native -std=c++20 "$repo/bench/peers/mpi_allreduce.cpp" \
 g++ -O3 -march=native -std=c++20 -pthread "$repo/bench/peers/gloo_allreduce.cpp" \
   -o "$work/gloo_allreduce" -lgloo
 g++ -O3 -march=native -std=c++20 "$repo/bench/peers/socket_floor.cpp" -o "$work/socket_floor"
+if ((setup_only)); then
+  echo "compare_tcp: set up (--setup-only): packages installed, build/bench/allreduce and the peers in $work built" >&2
+  exit 0
+fi
 
 # -- runs -------------------------------------------------------------------------
 

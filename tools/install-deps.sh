@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
+# tools/install-deps.sh [--comparisons]
 # Installs the Debian (bookworm) packages that lockstep needs to build, test,
 # benchmark and plot, skipping those already installed; with nothing missing
 # it changes nothing and needs no network. Run it as root, or as a user who
-# may sudo.
+# may sudo. --comparisons adds the peers that only the comparisons with
+# other libraries build against (tools/compare_mpi.sh, tools/compare_tcp.sh),
+# which run it themselves.
 set -euo pipefail
 
 # The one list of packages lockstep depends on.
@@ -20,6 +23,18 @@ packages=(
   gnuplot-nox           # plots of benchmark tables
   openmpi-bin           # mpirun: tests/launchers_test runs one real Open MPI job
 )
+# Only for tools/compare_mpi.sh and tools/compare_tcp.sh.
+comparison_packages=(
+  libopenmpi-dev        # mpicxx and mpi.h: bench/peers/mpi_allreduce.cpp
+  libgloo-dev           # Gloo's headers and library: bench/peers/gloo_allreduce.cpp
+)
+
+(($# <= 1)) || { echo "usage: tools/install-deps.sh [--comparisons]" >&2; exit 2; }
+case "${1:-}" in
+  "") ;;
+  --comparisons) packages+=("${comparison_packages[@]}") ;;
+  *) echo "usage: tools/install-deps.sh [--comparisons]" >&2; exit 2 ;;
+esac
 
 missing=()
 for package in "${packages[@]}"; do
