@@ -234,8 +234,10 @@ void collectives(multi_worker_mirrored_strategy& s) {
   }
 
   // A distributed dataset: every worker reads the same global batches and
-  // keeps its own replicas' rows (step k, global replica g: 2R·k + 2g and
-  // the next); a multi-step loop over it reduces across every worker.
+  // keeps its own replicas' rows in TF's order (the batch rebatched into
+  // 2-row slices, sharded among the workers round-robin, each worker's
+  // replicas taking its slices in turn: local replica r of worker w takes
+  // slice r·W + w); a multi-step loop over it reduces across every worker.
   const auto steps = 3;
   std::vector<float> values(static_cast<std::size_t>(steps) * 2 * replicas);
   for (std::size_t i = 0; i < values.size(); ++i)
@@ -245,9 +247,11 @@ void collectives(multi_worker_mirrored_strategy& s) {
   auto iterator = s.experimental_distribute_dataset(data).make_iterator();
   const auto first = iterator.next();
   require(first.has_value(), "a first step");
-  const auto rows = s.run([](replica_context& ctx, const tensor& mine) {
-    const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
-    return mine.num_elements() == 2 && mine.at<float>(0) == 2 * g && mine.at<float>(1) == 2 * g + 1;
+  const auto rows = s.run([&](replica_context& ctx, const tensor& mine) {
+    const auto g = ctx.replica_id_in_sync_group();
+    const auto slice = static_cast<float>((g % local) * workers + g / local);
+    return mine.num_elements() == 2 && mine.at<float>(0) == 2 * slice
+           && mine.at<float>(1) == 2 * slice + 1;
   }, *first);
   for (const bool ok : rows.values())
     require(ok, "each replica's rows of the first global batch");
