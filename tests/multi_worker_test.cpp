@@ -8,6 +8,9 @@
 #include "timeline_support.hpp"
 #include "worker_processes.hpp"
 
+#include "lockstep/error.hpp"
+#include "lockstep/multi_worker_mirrored_strategy.hpp"
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -117,6 +120,28 @@ TEST_CASE("devices bear TF's names: /job:worker/replica:0/task:k, the chief's /j
                     "process " << i << " is " << task << ":\n" << processes[i].text());
     }
   }
+}
+
+TEST_CASE("a worker's local_devices are its own; a start that fails keeps the devices' names") {
+  using namespace lockstep;
+  const cluster_resolver::environment variables{
+    {"TF_CONFIG", "{\"cluster\":{\"worker\":[\"127.0.0.1:1\",\"127.0.0.1:2\"]},"
+                  "\"task\":{\"type\":\"worker\",\"index\":1}}"}};
+  const cluster_resolver resolver{cluster_options{}, variables};
+  multi_worker_options options;
+  options.local_devices = {device_spec::parse("/job:worker/task:0/cpu:0")};
+  try {
+    multi_worker_mirrored_strategy s{resolver, options};
+    FAIL("another task's device was taken as this worker's");
+  } catch (const value_error& e) {
+    CHECK(std::string(e.what())
+          == "multi_worker_options: local_devices must be this worker's devices "
+             "(/job:worker/replica:0/task:1/device:CPU:0 and its like), not "
+             "/job:worker/task:0/device:CPU:0");
+  }
+  CHECK(cpu_device(0).to_string() == "/job:localhost/replica:0/task:0/device:CPU:0");
+  CHECK(device_spec::parse("/cpu:0").is_local());
+  CHECK_FALSE(device_spec::parse("/job:worker/task:1/cpu:0").is_local());
 }
 
 TEST_CASE("workers that issue different collectives all get an error naming them, then go on") {
