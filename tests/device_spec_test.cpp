@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "devices/local_task.hpp"
 #include "lockstep/error.hpp"
 
 using namespace lockstep;
@@ -230,4 +231,88 @@ TEST_CASE("device_scope is per thread") {
   other.join();
   CHECK(seen_by_other_thread == cpu_device(0));
   CHECK(current_device() == cpu_device(2));
+}
+
+// -- this process's task (a multi-worker strategy names it) --------------------
+
+namespace {
+
+/// Names this process's devices after `name` until destroyed, then gives
+/// them back the name they had.
+class named_task {
+public:
+  explicit named_task(const detail::task_name& name) : former_(detail::local_task()) {
+    detail::set_local_task(name);
+  }
+  ~named_task() { detail::set_local_task(former_); }
+  named_task(const named_task&) = delete;
+  named_task& operator=(const named_task&) = delete;
+
+private:
+  detail::task_name former_;
+};
+
+} // namespace
+
+TEST_CASE("a named task: unset jobs and localhost resolve to it, its devices are local") {
+  const std::string worker1 = "/job:worker/replica:0/task:1";
+  CHECK(current_device().to_string() == local_cpu0);
+  {
+    named_task task({"worker", 1});
+    for (const char* text : {"", "/cpu:0", "/job:localhost", "/device:CPU:0",
+                             "/job:localhost/replica:0/task:0/device:CPU:0"}) {
+      CAPTURE(text);
+      CHECK(device_spec::parse(text).canonical().to_string() == worker1 + "/device:CPU:0");
+    }
+    CHECK(device_spec::parse("/gpu:1").canonical().to_string() == worker1 + "/device:GPU:1");
+    CHECK(cpu_device(2).to_string() == worker1 + "/device:CPU:2");
+    // What the default device is follows the name; scopes canonicalise too.
+    CHECK(current_device().to_string() == worker1 + "/device:CPU:0");
+    {
+      device_scope scope("/cpu:3");
+      CHECK(current_device().to_string() == worker1 + "/device:CPU:3");
+    }
+    // What is unset comes from this task; what is given stays (TF's merge).
+    CHECK(device_spec::parse("/task:3/cpu:0").canonical().to_string()
+          == "/job:worker/replica:0/task:3/device:CPU:0");
+    CHECK(device_spec::parse("/job:worker/cpu:1").canonical().to_string()
+          == worker1 + "/device:CPU:1");
+    // Other tasks' devices keep their names and are remote; this task's,
+    // by any of its names, are local.
+    CHECK(device_spec::parse("/job:worker/task:0/cpu:0").canonical().to_string()
+          == "/job:worker/replica:0/task:0/device:CPU:0");
+    CHECK_FALSE(device_spec::parse("/job:worker/task:0/cpu:0").is_local());
+    CHECK_FALSE(device_spec::parse("/job:chief/task:1/cpu:0").is_local());
+    CHECK_FALSE(device_spec::parse("/job:worker/cpu:0").is_local());
+    CHECK(device_spec::parse("/job:worker/task:1/cpu:0").is_local());
+    CHECK(device_spec::parse(worker1 + "/device:GPU:0").is_local());
+    CHECK(device_spec::parse("/job:localhost/cpu:0").is_local());
+    CHECK(device_spec::parse("/cpu:0").is_local());
+    // Canonical names stay as they are.
+    CHECK(cpu_device(2).canonical() == cpu_device(2));
+    {
+      named_task chief({"chief", 0});
+      CHECK(cpu_device(0).to_string() == "/job:chief/replica:0/task:0/device:CPU:0");
+      CHECK(current_device() == cpu_device(0));
+      CHECK_FALSE(device_spec::parse(worker1 + "/device:CPU:0").is_local());
+    }
+    std::string seen_by_other_thread;
+    std::thread other([&] { seen_by_other_thread = current_device().to_string(); });
+    other.join();
+    CHECK(seen_by_other_thread == worker1 + "/device:CPU:0");
+  }
+  CHECK(current_device().to_string() == local_cpu0);
+  CHECK(cpu_device(0).to_string() == local_cpu0);
+  CHECK_FALSE(device_spec::parse("/job:worker/task:1/cpu:0").is_local());
+}
+
+TEST_CASE("a task name must be a job name and a task that is not negative") {
+  CHECK_THROWS_WITH_AS(detail::set_local_task({"1worker", 0}),
+                       "cannot name this process's devices /job:1worker/replica:0/task:0: the "
+                       "job must be a letter followed by letters, digits or '_', and the task "
+                       "not negative",
+                       value_error);
+  CHECK_THROWS_AS(detail::set_local_task({"worker", -1}), value_error);
+  CHECK_THROWS_AS(detail::set_local_task({"", 0}), value_error);
+  CHECK(detail::local_task() == detail::task_name{"localhost", 0});
 }

@@ -142,6 +142,103 @@ TEST_CASE("replicas without rows get empty batches of the right shape, dtype and
   CHECK(dim0 == std::vector<std::vector<std::int64_t>>{{1, 1, 1, 1}, {1, 0, 0, 0}});
 }
 
+// -- several workers: TF's rebatch, then auto-shard by data -----------------------
+
+namespace {
+
+using replica_elements = std::vector<std::vector<std::int64_t>>; // one list per replica
+
+/// The steps that `workers` workers of `local` replicas each take from
+/// range(total).batch(batch): each worker's distributed_dataset (the one
+/// a multi-worker strategy makes, here without the workers' agreement on
+/// the end) is read to its end, and step k lists every replica's elements
+/// in global replica order (worker-major, as replica_id_in_sync_group).
+std::vector<replica_elements> steps_of_workers(std::int64_t total, std::int64_t batch,
+                                               std::size_t workers, std::size_t local) {
+  std::vector<std::int64_t> values(static_cast<std::size_t>(total));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<std::int64_t>(i);
+  const auto data = dataset<tensor>::from_tensor_slices(tensor::from(values)).batch(batch);
+  std::vector<replica_elements> steps;
+  for (std::size_t w = 0; w < workers; ++w) {
+    const distributed_dataset<tensor> mine{
+      data, distributed_dataset<tensor>::mode::split_global_batches,
+      cpu_devices(static_cast<int>(local)), input_options{}, input_context{workers, w, workers * local}};
+    CHECK(mine.num_replicas_in_sync() == workers * local);
+    std::size_t k = 0;
+    for (const auto& step : mine) {
+      if (steps.size() <= k)
+        steps.emplace_back(workers * local);
+      for (std::size_t r = 0; r < local; ++r) {
+        CHECK(step[r].device() == cpu_device(static_cast<int>(r)));
+        const auto elements = step[r].data<std::int64_t>();
+        steps[k][w * local + r].assign(elements.begin(), elements.end());
+      }
+      ++k;
+    }
+    CHECK(k == steps.size()); // every worker reads every global batch
+  }
+  return steps;
+}
+
+} // namespace
+
+TEST_CASE("several workers: replicas take TF's order (rebatch, shard among workers, in turn)") {
+  // The two examples of issue 26: worker 0 holds elements 0 and 2.
+  CHECK(steps_of_workers(4, 4, 2, 2) == std::vector<replica_elements>{{{0}, {2}, {1}, {3}}});
+  CHECK(steps_of_workers(9, 8, 2, 2)
+        == std::vector<replica_elements>{{{0, 1}, {4, 5}, {2, 3}, {6, 7}}, {{8}, {}, {}, {}}});
+  // One worker of two replicas: consecutive halves, as before.
+  CHECK(steps_of_workers(6, 4, 1, 2)
+        == std::vector<replica_elements>{{{0, 1}, {2, 3}}, {{4}, {5}}});
+  CHECK(steps_of_workers(5, 5, 1, 2) == std::vector<replica_elements>{{{0, 1, 2}, {3, 4}}});
+  // Three workers of one replica: slices of ceil(rows / 3) rows.
+  CHECK(steps_of_workers(7, 6, 3, 1)
+        == std::vector<replica_elements>{{{0, 1}, {2, 3}, {4, 5}}, {{6}, {}, {}}});
+  CHECK(steps_of_workers(4, 4, 3, 1) == std::vector<replica_elements>{{{0, 1}, {2, 3}, {}}});
+  // Two workers of three replicas: worker 0 takes slices 0, 2, 4.
+  CHECK(steps_of_workers(12, 6, 2, 3)
+        == std::vector<replica_elements>{{{0}, {2}, {4}, {1}, {3}, {5}},
+                                         {{6}, {8}, {10}, {7}, {9}, {11}}});
+  // Batches the replicas do not divide, and an uneven last batch.
+  CHECK(steps_of_workers(10, 10, 2, 2)
+        == std::vector<replica_elements>{{{0, 1, 2}, {6, 7, 8}, {3, 4, 5}, {9}}});
+  CHECK(steps_of_workers(13, 8, 2, 2)
+        == std::vector<replica_elements>{{{0, 1}, {4, 5}, {2, 3}, {6, 7}},
+                                         {{8, 9}, {12}, {10, 11}, {}}});
+}
+
+TEST_CASE("replica_rows: every row of a batch goes to exactly one replica, in slices") {
+  for (std::size_t workers = 1; workers <= 4; ++workers)
+    for (std::size_t local = 1; local <= 3; ++local)
+      for (std::int64_t rows = 0; rows <= 13; ++rows) {
+        CAPTURE(workers);
+        CAPTURE(local);
+        CAPTURE(rows);
+        std::vector<int> taken(static_cast<std::size_t>(rows), 0);
+        for (std::size_t w = 0; w < workers; ++w)
+          for (std::size_t r = 0; r < local; ++r) {
+            const auto share = detail::replica_rows(rows, workers, local, w, r);
+            REQUIRE(share.begin >= 0);
+            REQUIRE(share.count >= 0);
+            REQUIRE(share.begin + share.count <= rows);
+            for (auto i = share.begin; i < share.begin + share.count; ++i)
+              ++taken[static_cast<std::size_t>(i)];
+          }
+        CHECK(taken == std::vector<int>(static_cast<std::size_t>(rows), 1));
+      }
+  CHECK(detail::replica_rows(8, 2, 2, 1, 1) == detail::row_range{6, 2});
+  CHECK(detail::replica_rows(9, 2, 2, 0, 1) == detail::row_range{6, 3}); // slices of 3
+  CHECK(detail::replica_rows(9, 2, 2, 1, 1) == detail::row_range{9, 0});
+  CHECK(detail::replica_rows(9, 1, 4, 0, 1) == detail::row_range{3, 2}); // one worker: 3, 2, 2, 2
+  CHECK(detail::replica_rows(1, 2, 2, 0, 1) == detail::row_range{1, 0});
+  CHECK(error_of<value_error>([] { detail::replica_rows(4, 2, 2, 2, 0); })
+        == "replica_rows: no share of a batch of 4 rows for replica 0 of worker 2 with 2 "
+           "workers of 2 replicas");
+  CHECK(error_of<value_error>([] { detail::replica_rows(-1, 1, 1, 0, 0); }).find("-1 rows")
+        != std::string::npos);
+}
+
 TEST_CASE("a static batch size that replicas do not divide is TF's sharded-evenly value_error") {
   for (int n : {2, 3, 4}) {
     CAPTURE(n);

@@ -8,6 +8,9 @@
 #include "timeline_support.hpp"
 #include "worker_processes.hpp"
 
+#include "lockstep/error.hpp"
+#include "lockstep/multi_worker_mirrored_strategy.hpp"
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -27,21 +30,31 @@ using namespace std::chrono_literals;
 
 /// `replicas[i]` replicas on worker i, each running the worker program with
 /// `args`, the last with `last_worker_environment` and the others with
-/// `others_environment` added; the workers, started.
+/// `others_environment` added; the workers, started. `with_chief`: process 0
+/// is TF_CONFIG's chief and process i worker i - 1.
 std::vector<process> start_cluster(const temp_folder& folder, const std::vector<int>& replicas,
                                    const std::vector<std::string>& args,
                                    const std::vector<std::string>& last_worker_environment = {},
-                                   const std::vector<std::string>& others_environment = {}) {
+                                   const std::vector<std::string>& others_environment = {},
+                                   bool with_chief = false) {
   const auto base = free_ports(static_cast<int>(replicas.size()));
+  const auto address = [&](std::size_t i) {
+    return "\"127.0.0.1:" + std::to_string(base + static_cast<int>(i)) + "\"";
+  };
   std::string workers;
-  for (std::size_t i = 0; i < replicas.size(); ++i)
-    workers += (i == 0 ? "\"127.0.0.1:" : ",\"127.0.0.1:") + std::to_string(base + i) + "\"";
+  for (std::size_t i = with_chief ? 1 : 0; i < replicas.size(); ++i)
+    workers += (workers.empty() ? "" : ",") + address(i);
+  const auto jobs = with_chief ? "\"chief\":[" + address(0) + "],\"worker\":[" + workers + "]"
+                               : "\"worker\":[" + workers + "]";
   std::vector<process> processes;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     std::vector<std::string> argv{test_program("MULTI_WORKER_PROGRAM")};
     argv.insert(argv.end(), args.begin(), args.end());
-    const auto config = "TF_CONFIG={\"cluster\":{\"worker\":[" + workers
-                        + "]},\"task\":{\"type\":\"worker\",\"index\":" + std::to_string(i) + "}}";
+    const bool chief = with_chief && i == 0;
+    const auto index = with_chief && !chief ? i - 1 : i;
+    const auto config = "TF_CONFIG={\"cluster\":{" + jobs + "},\"task\":{\"type\":\""
+                        + (chief ? "chief" : "worker") + "\",\"index\":"
+                        + std::to_string(index) + "}}";
     std::vector<std::string> environment{config,
                                          "LOCKSTEP_CLUSTER_TOKEN=multi-worker-test-token-0123",
                                          "LOCKSTEP_JOB_ID=multi-worker-test",
@@ -83,6 +96,52 @@ TEST_CASE("every op, dtype and size, 1 to 4 workers x 1 and 2 replicas, against 
       require_all_ok(processes, "ok collectives: " + std::to_string(workers) + " workers x "
                                   + std::to_string(local) + " replicas");
     }
+}
+
+TEST_CASE("devices bear TF's names: /job:worker/replica:0/task:k, the chief's /job:chief") {
+  const auto names = [](const std::string& task, int local) {
+    std::string out;
+    for (int d = 0; d < local; ++d)
+      out += (d == 0 ? "" : ", ") + task + "/device:CPU:" + std::to_string(d);
+    return out;
+  };
+  for (const bool with_chief : {false, true}) {
+    CAPTURE(with_chief);
+    temp_folder folder;
+    auto processes = start_cluster(folder, {2, 2, 2}, {"devices"}, {}, {}, with_chief);
+    wait_all(processes, 120s);
+    require_all_ok(processes, "ok devices");
+    for (std::size_t i = 0; i < processes.size(); ++i) {
+      const auto task = with_chief && i == 0 ? std::string("/job:chief/replica:0/task:0")
+                                             : "/job:worker/replica:0/task:"
+                                                 + std::to_string(with_chief ? i - 1 : i);
+      CHECK_MESSAGE(processes[i].text().find("devices: " + names(task, 2) + "\n")
+                      != std::string::npos,
+                    "process " << i << " is " << task << ":\n" << processes[i].text());
+    }
+  }
+}
+
+TEST_CASE("a worker's local_devices are its own; a start that fails keeps the devices' names") {
+  using namespace lockstep;
+  const cluster_resolver::environment variables{
+    {"TF_CONFIG", "{\"cluster\":{\"worker\":[\"127.0.0.1:1\",\"127.0.0.1:2\"]},"
+                  "\"task\":{\"type\":\"worker\",\"index\":1}}"}};
+  const cluster_resolver resolver{cluster_options{}, variables};
+  multi_worker_options options;
+  options.local_devices = {device_spec::parse("/job:worker/task:0/cpu:0")};
+  try {
+    multi_worker_mirrored_strategy s{resolver, options};
+    FAIL("another task's device was taken as this worker's");
+  } catch (const value_error& e) {
+    CHECK(std::string(e.what())
+          == "multi_worker_options: local_devices must be this worker's devices "
+             "(/job:worker/replica:0/task:1/device:CPU:0 and its like), not "
+             "/job:worker/task:0/device:CPU:0");
+  }
+  CHECK(cpu_device(0).to_string() == "/job:localhost/replica:0/task:0/device:CPU:0");
+  CHECK(device_spec::parse("/cpu:0").is_local());
+  CHECK_FALSE(device_spec::parse("/job:worker/task:1/cpu:0").is_local());
 }
 
 TEST_CASE("workers that issue different collectives all get an error naming them, then go on") {

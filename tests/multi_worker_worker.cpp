@@ -33,6 +33,8 @@
 //                 (FOLDER/<rank>) refused at the resume, naming each find;
 //                 the last worker dies where it would save, and the
 //                 chief's file never comes into view
+//   devices       TF's names of this worker's devices (/job:worker/replica:0/
+//                 task:k/device:CPU:d, the chief's /job:chief/...) everywhere
 //   stale         (worker 1 is of an earlier generation, LOCKSTEP_GENERATION)
 //                 its handshake is refused; the coordinator's join times
 //                 out naming worker 1
@@ -234,8 +236,10 @@ void collectives(multi_worker_mirrored_strategy& s) {
   }
 
   // A distributed dataset: every worker reads the same global batches and
-  // keeps its own replicas' rows (step k, global replica g: 2R·k + 2g and
-  // the next); a multi-step loop over it reduces across every worker.
+  // keeps its own replicas' rows in TF's order (the batch rebatched into
+  // 2-row slices, sharded among the workers round-robin, each worker's
+  // replicas taking its slices in turn: local replica r of worker w takes
+  // slice r·W + w); a multi-step loop over it reduces across every worker.
   const auto steps = 3;
   std::vector<float> values(static_cast<std::size_t>(steps) * 2 * replicas);
   for (std::size_t i = 0; i < values.size(); ++i)
@@ -245,9 +249,11 @@ void collectives(multi_worker_mirrored_strategy& s) {
   auto iterator = s.experimental_distribute_dataset(data).make_iterator();
   const auto first = iterator.next();
   require(first.has_value(), "a first step");
-  const auto rows = s.run([](replica_context& ctx, const tensor& mine) {
-    const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
-    return mine.num_elements() == 2 && mine.at<float>(0) == 2 * g && mine.at<float>(1) == 2 * g + 1;
+  const auto rows = s.run([&](replica_context& ctx, const tensor& mine) {
+    const auto g = ctx.replica_id_in_sync_group();
+    const auto slice = static_cast<float>((g % local) * workers + g / local);
+    return mine.num_elements() == 2 && mine.at<float>(0) == 2 * slice
+           && mine.at<float>(1) == 2 * slice + 1;
   }, *first);
   for (const bool ok : rows.values())
     require(ok, "each replica's rows of the first global batch");
@@ -448,6 +454,61 @@ void checkpoints(multi_worker_mirrored_strategy& s, const std::filesystem::path&
   std::printf("ok checkpoints\n");
 }
 
+/// TF's device names: this worker's devices are
+/// /job:<task type>/replica:0/task:<index>/device:CPU:<d> (TF_CONFIG's task),
+/// in worker_devices, parameter_devices, the values replicas return, a
+/// variable's copies, the main thread's tensors and strategy.reduce's
+/// result; "/cpu:0" and "/job:localhost/..." resolve to them, another
+/// task's devices are remote. Prints the names for the test to compare.
+void devices(multi_worker_mirrored_strategy& s) {
+  const auto& cluster = s.cluster();
+  const auto task = "/job:" + cluster.task_type + "/replica:0/task:"
+                    + std::to_string(cluster.task_index);
+  const auto local = s.extended().worker_devices().size();
+  std::vector<device_spec> expected;
+  for (std::size_t d = 0; d < local; ++d)
+    expected.push_back(device_spec::parse(task + "/device:CPU:" + std::to_string(d)));
+  require(s.extended().worker_devices() == expected, "worker_devices are " + task + "'s");
+  require(s.extended().parameter_devices() == expected, "parameter_devices are " + task + "'s");
+  const auto made = s.run([](replica_context&) { return tensor::scalar(1.0f); });
+  for (std::size_t r = 0; r < local; ++r)
+    require(made[r].device() == expected[r], "replica " + std::to_string(r) + "'s value is on "
+                                               + expected[r].to_string() + ", not "
+                                               + made[r].device().to_string());
+  require(cpu_device(0) == expected[0] && current_device() == expected[0]
+            && tensor::scalar(1.0f).device() == expected[0],
+          "the main thread's device is " + task + "'s CPU:0: " + current_device().to_string());
+  require(s.reduce(reduce_op::sum, made).device() == expected[0],
+          "strategy.reduce gives a tensor on the current device");
+  require(device_spec::parse("/cpu:0").canonical() == expected[0]
+            && device_spec::parse("/job:localhost/replica:0/task:0/device:CPU:0").canonical()
+                 == expected[0],
+          "/cpu:0 and /job:localhost resolve to this task's device");
+  require(device_spec::parse(task + "/device:CPU:1").is_local()
+            && device_spec::parse("/cpu:1").is_local(),
+          "this task's devices are local");
+  const auto other = "/job:worker/replica:0/task:" + std::to_string(cluster.task_index + 1)
+                     + "/device:CPU:0";
+  require(!device_spec::parse(other).is_local(), other + " is remote");
+  require(device_spec::parse(other).canonical().to_string() == other,
+          "a remote device keeps its name");
+  auto scope = s.scope();
+  variable v(tensor::scalar(2.0f), {.name = "v"});
+  require(v.devices() == expected, "a variable's copies are on this task's devices");
+  std::string names;
+  for (const auto& d : expected)
+    names += (names.empty() ? "" : ", ") + d.to_string();
+  std::printf("devices: %s\n", names.c_str());
+  // Collectives between the renamed devices still meet.
+  const auto sums = s.run([](replica_context& ctx) {
+    return ctx.all_reduce(reduce_op::sum, tensor::scalar(1.0f));
+  });
+  for (const auto& t : sums.values())
+    require(t.as_double(0) == static_cast<double>(s.num_replicas_in_sync()),
+            "the all_reduce sums every replica");
+  std::printf("ok devices\n");
+}
+
 /// Five steps of one all_reduce each, for a test of the workers' timelines
 /// (LOCKSTEP_TIMELINE set by the test).
 void timeline_steps(multi_worker_mirrored_strategy& s) {
@@ -503,6 +564,8 @@ int main(int argc, char** argv) {
       mismatch(s);
     else if (scenario == "timeline")
       timeline_steps(s);
+    else if (scenario == "devices")
+      devices(s);
     else if (scenario == "checkpoints" && args.size() > 1)
       checkpoints(s, args[1]);
     else if (scenario == "lost" && args.size() > 2)

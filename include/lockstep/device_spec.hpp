@@ -55,16 +55,16 @@ public:
 
   // -- derived forms ----------------------------------------------------------
 
-  /// TF's device_util.resolve: unset job becomes "localhost", replica and
-  /// task 0, device type "CPU", device index 0. "", "/cpu:0" and "/CPU:0"
-  /// all give /job:localhost/replica:0/task:0/device:CPU:0.
+  /// TF's canonicalize: an unset job (and task) or "localhost" becomes this process's task
+  /// (/job:localhost/replica:0/task:0; in a multi-worker strategy /job:worker/replica:0/task:k),
+  /// replica 0, type "CPU", index 0: "", "/cpu:0", "/CPU:0" give its .../device:CPU:0.
   device_spec canonical() const;
 
   /// The set fields in TF's order, e.g. "/job:x/replica:0/task:1/device:GPU:0";
   /// an unset index prints as "*" ("/device:GPU:*"); "" when nothing is set.
   std::string to_string() const;
 
-  /// True when the job is unset or "localhost" (a device of this process).
+  /// True for this process's devices: job unset, "localhost", or this process's task.
   bool is_local() const;
 
   /// True when the device type is GPU.
@@ -92,7 +92,7 @@ private:
 /// Writes `spec.to_string()`.
 std::ostream& operator<<(std::ostream& out, const device_spec& spec);
 
-/// The canonical local virtual CPU device `index`:
+/// This process's virtual CPU device `index`, canonical: in one process
 /// /job:localhost/replica:0/task:0/device:CPU:<index>. Throws value_error for
 /// a negative index.
 device_spec cpu_device(int index);
@@ -105,7 +105,7 @@ std::vector<device_spec> cpu_devices(int count);
 
 /// The canonical device new tensors are placed on in this thread (TF's
 /// current device): the innermost live device_scope's, else cpu_device(0).
-/// The reference stays valid while that scope lives.
+/// The reference stays valid while that scope lives (and the task's name).
 const device_spec& current_device();
 
 /// Sets `current_device()` for this thread until destroyed, then restores

@@ -38,24 +38,44 @@ namespace detail {
 tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
                     const device_spec& device);
 
-/// Splits `batch` along dimension 0 into `parts` parts, consecutive, as
-/// evenly as possible (the first parts get one row more), and copies parts
-/// `first` ... `first` + devices.size() - 1 to the devices in order: with
-/// several workers, each takes its replicas' parts of the same global
-/// batch. value_error for a scalar.
+/// Rows [begin, begin + count) of a global batch: one replica's share.
+struct row_range {
+  std::int64_t begin = 0;
+  std::int64_t count = 0;
+  friend bool operator==(const row_range&, const row_range&) = default;
+};
+
+/// The rows of a global batch of `rows` rows that local replica `local` of
+/// `worker` takes, where `workers` workers run `local_replicas` replicas
+/// each, in TF's order. One worker: the batch is cut into `local_replicas`
+/// consecutive parts, as evenly as possible (the first parts one row
+/// longer; TF's rebatch by batch_sizes_for_worker). Several workers: TF
+/// rebatches the global batch into N = workers x local_replicas slices of
+/// ceil(rows / N) rows (the last ones shorter or empty: legacy rebatch),
+/// shards that stream of slices among the workers round-robin (auto-shard
+/// by data) and each worker's replicas take its shard's slices in turn:
+/// replica `local` of `worker` takes slice local x workers + worker. So
+/// 4 rows over 2 workers x 2 replicas give worker 0 rows 0 and 2, worker 1
+/// rows 1 and 3. value_error for a negative `rows`, no workers or replicas,
+/// or `worker`/`local` out of range.
+row_range replica_rows(std::int64_t rows, std::size_t workers, std::size_t local_replicas,
+                       std::size_t worker, std::size_t local);
+
+/// Splits `batch` along dimension 0 by `replica_rows`: element d is the
+/// share of local replica d of `worker` (its pipeline of
+/// worker.num_input_pipelines()), copied to devices[d]. value_error for a
+/// scalar.
 std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices,
-                                std::size_t first, std::size_t parts);
+                                const input_context& worker);
 
 /// value_error unless prefetch_depth >= 1 and a given timeout is positive.
 void check_input_options(const input_options& options);
 
 /// One step from one global batch: each leaf split by `split_batch`, this
-/// worker (`worker`'s pipeline) taking its replicas' parts.
+/// worker (`worker`'s pipeline) taking its replicas' shares.
 inline per_replica<tensor> split_step(const tensor& batch, const std::vector<device_spec>& devices,
                                       const input_context& worker) {
-  return per_replica<tensor>{split_batch(batch, devices,
-                                         worker.input_pipeline_id() * devices.size(),
-                                         worker.num_input_pipelines() * devices.size())};
+  return per_replica<tensor>{split_batch(batch, devices, worker)};
 }
 
 inline nest<per_replica<tensor>> split_step(const nest<tensor>& batch,
@@ -234,8 +254,8 @@ public:
 
   /// `devices`: this worker's replicas' devices, in replica order (at
   /// least one); `worker`: which of the workers' pipelines this is (with
-  /// several, split_global_batches gives this worker its replicas' parts of
-  /// every global batch, as TF's data sharding does).
+  /// several, split_global_batches gives this worker its replicas' shares
+  /// of every global batch in TF's order: detail::replica_rows).
   distributed_dataset(dataset<T> data, mode how, std::vector<device_spec> devices,
                       input_options options, input_context worker = {})
     : data_(std::move(data)), mode_(how), devices_(std::move(devices)), options_(options),

@@ -21,8 +21,8 @@ struct agreed_setting {
 
 /// Settings of a multi-worker strategy.
 struct multi_worker_options {
-  /// This worker's devices, one replica each (every worker the same
-  /// number); empty: as mirrored_strategy's default.
+  /// This worker's devices (local names; another task's: value_error), one
+  /// replica each, every worker the same number; empty: as mirrored's default.
   std::vector<device_spec> local_devices;
   /// Default deadline of `run` and of each collective; unset:
   /// runtime_options' timeout.
@@ -54,9 +54,9 @@ struct multi_worker_options {
 void cancel_joins() noexcept;
 
 /// TF's MultiWorkerMirroredStrategy (CollectiveAllReduceStrategy): every
-/// worker process runs the same program; the replicas are the local
-/// devices of every worker, numbered id_in_cluster · local + r, and every
-/// collective spans all of them (docs/multi_worker.md). The constructor
+/// worker process runs the same program (docs/multi_worker.md); the replicas,
+/// numbered id_in_cluster · local + r, are every worker's local devices (TF's
+/// names, /job:worker/replica:0/task:k/...); collectives span them all. The constructor
 /// joins the cluster the resolver describes: it returns once every worker
 /// has joined and the ring between them is connected (or throws
 /// timeout_error after `join_timeout`, value_error for a worker whose

@@ -459,13 +459,13 @@ public:
   /// TF's experimental_distribute_dataset: each element of `data` is a
   /// global batch (a tensor, or a nest of tensors that agree in dimension
   /// 0), split along dimension 0 into `num_replicas_in_sync()` per-replica
-  /// batches, consecutive and in replica order, each copied to its
-  /// replica's device. With several workers, every worker reads the same
-  /// global batches and keeps its own replicas' parts (TF's sharding by
-  /// data), and the workers decide the end of the data together. A partial
-  /// last batch is split as evenly as possible
-  /// (the first replicas get one row more); replicas left without rows get
-  /// empty batches, so every replica sees the same number of steps. Throws
+  /// batches, each copied to its replica's device. One worker: consecutive
+  /// parts in replica order, as evenly as possible (the first replicas get
+  /// one row more). Several workers, in TF's order: every worker reads the
+  /// same global batches, cut into slices of ceil(rows / replicas) rows
+  /// that go to the workers round-robin, each worker's replicas taking its
+  /// slices in turn (detail::replica_rows); they end the data together.
+  /// Replicas without rows get empty batches: all see the same steps. Throws
   /// value_error ("Batch size 6 cannot be sharded evenly across replicas
   /// 4") when `data.static_batch_size()` is known and not divisible.
   template <distributable T>

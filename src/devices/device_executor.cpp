@@ -19,12 +19,16 @@ std::shared_ptr<device_executor> device_executor::of(const device_spec& device,
                                                      std::chrono::microseconds spin) {
   static std::mutex mutex;
   static std::map<std::string, std::weak_ptr<device_executor>> executors;
-  const auto name = device.canonical().to_string();
+  // One executor per device of this process, whatever its task is named
+  // (/job:localhost before a multi-worker strategy names it, after it
+  // /job:worker/replica:0/task:k): keyed by type and index.
+  const auto canonical = device.canonical();
+  const auto name = *canonical.device_type() + ":" + std::to_string(*canonical.device_index());
   std::lock_guard<std::mutex> lock{mutex};
   auto& slot = executors[name];
   if (auto existing = slot.lock())
     return existing;
-  auto created = std::make_shared<device_executor>(device.canonical(), spin);
+  auto created = std::make_shared<device_executor>(canonical, spin);
   slot = created;
   return created;
 }

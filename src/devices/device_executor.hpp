@@ -120,7 +120,7 @@ public:
   /// Starts the thread. `spin`: how long it polls for work before sleeping.
   device_executor(device_spec device, std::chrono::microseconds spin);
 
-  /// The process's executor of `device` (canonical), shared by everything
+  /// The process's executor of `device` (by type and index), shared by all
   /// that works on that device (variable copies, reducers) and started on
   /// first use with `spin`; it stops when the last user lets go. One thread
   /// per device keeps the device's work in one order.

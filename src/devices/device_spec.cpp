@@ -4,6 +4,7 @@
 #include <charconv>
 #include <ostream>
 
+#include "devices/local_task.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep {
@@ -139,10 +140,15 @@ device_spec::device_spec(const std::string& text) : device_spec(parse(text)) {
 }
 
 device_spec device_spec::canonical() const {
+  // As TF's device_util.canonicalize: the job and task of this process's
+  // devices fill in what is unset, and "localhost" (its task 0) is this
+  // process.
+  const auto& here = detail::local_task();
+  const bool localhost = job_ == "localhost" && replica_.value_or(0) == 0 && task_.value_or(0) == 0;
   device_spec result;
-  result.job_ = job_.value_or("localhost");
+  result.job_ = job_ && !localhost ? *job_ : here.job;
   result.replica_ = replica_.value_or(0);
-  result.task_ = task_.value_or(0);
+  result.task_ = localhost ? here.task : task_.value_or(here.task);
   result.device_type_ = device_type_.value_or("CPU");
   result.device_index_ = device_index_.value_or(0);
   return result;
@@ -163,7 +169,10 @@ std::string device_spec::to_string() const {
 }
 
 bool device_spec::is_local() const {
-  return !job_ || *job_ == "localhost";
+  if (!job_ || *job_ == "localhost")
+    return true;
+  const auto& here = detail::local_task();
+  return *job_ == here.job && task_ == here.task && replica_.value_or(0) == 0;
 }
 
 bool device_spec::is_gpu() const {
@@ -197,8 +206,17 @@ std::vector<device_spec> cpu_devices(int count) {
 // -- the current device -------------------------------------------------------
 
 const device_spec& current_device() {
-  static const device_spec default_device = cpu_device(0);
-  return innermost_scope_device ? *innermost_scope_device : default_device;
+  if (innermost_scope_device)
+    return *innermost_scope_device;
+  // cpu_device(0), made again when this process's devices are renamed.
+  thread_local const detail::task_name* named_for = nullptr;
+  thread_local device_spec default_device;
+  const auto* here = &detail::local_task();
+  if (named_for != here) {
+    default_device = cpu_device(0);
+    named_for = here;
+  }
+  return default_device;
 }
 
 device_scope::device_scope(device_spec device)

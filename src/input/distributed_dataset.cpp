@@ -9,6 +9,7 @@
 
 #include "lockstep/runtime_options.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,22 +65,43 @@ tensor copy_rows_to(const tensor& x, std::int64_t begin, std::int64_t count,
   return host_memory ? out : out.to(device);
 }
 
+row_range replica_rows(std::int64_t rows, std::size_t workers, std::size_t local_replicas,
+                       std::size_t worker, std::size_t local) {
+  if (rows < 0 || workers == 0 || local_replicas == 0 || worker >= workers
+      || local >= local_replicas)
+    throw value_error("replica_rows: no share of a batch of " + std::to_string(rows)
+                      + " rows for replica " + std::to_string(local) + " of worker "
+                      + std::to_string(worker) + " with " + std::to_string(workers)
+                      + " workers of " + std::to_string(local_replicas) + " replicas");
+  const auto r = static_cast<std::int64_t>(local);
+  if (workers == 1) {
+    // Consecutive parts, the first rows % n of them one row longer.
+    const auto n = static_cast<std::int64_t>(local_replicas);
+    const auto base = rows / n;
+    const auto extra = rows % n;
+    const auto start = [&](std::int64_t p) { return p * base + std::min(p, extra); };
+    return {start(r), start(r + 1) - start(r)};
+  }
+  // Slices of ceil(rows / n) rows; this replica's is the shard's local-th
+  // element, slice local * workers + worker of the rebatched stream.
+  const auto n = static_cast<std::int64_t>(workers * local_replicas);
+  const auto slice_rows = (rows + n - 1) / n;
+  const auto slice = r * static_cast<std::int64_t>(workers) + static_cast<std::int64_t>(worker);
+  const auto begin = std::min(slice * slice_rows, rows);
+  return {begin, std::min(begin + slice_rows, rows) - begin};
+}
+
 std::vector<tensor> split_batch(const tensor& batch, const std::vector<device_spec>& devices,
-                                std::size_t first, std::size_t parts) {
+                                const input_context& worker) {
   if (batch.rank() == 0)
     throw value_error("cannot split a scalar " + batch.to_string()
                       + " into per-replica batches: its dimension 0 is the batch");
-  const auto n = static_cast<std::int64_t>(parts);
-  const auto rows = batch.shape()[0];
-  const auto base = rows / n;
-  const auto extra = rows % n;
-  // Part p starts after p parts, the first `extra` of them one row longer.
-  const auto start = [&](std::int64_t p) { return p * base + std::min(p, extra); };
   std::vector<tensor> out;
   out.reserve(devices.size());
   for (std::size_t d = 0; d < devices.size(); ++d) {
-    const auto p = static_cast<std::int64_t>(first + d);
-    out.push_back(copy_rows_to(batch, start(p), start(p + 1) - start(p), devices[d]));
+    const auto share = replica_rows(batch.shape()[0], worker.num_input_pipelines(),
+                                    devices.size(), worker.input_pipeline_id(), d);
+    out.push_back(copy_rows_to(batch, share.begin, share.count, devices[d]));
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include "cluster/cluster_token.hpp"
 #include "cross_device_ops/cluster_all_reduce.hpp"
+#include "devices/local_task.hpp"
 #include "node/agreed_settings.hpp"
 #include "node/cluster_node.hpp"
 #include "runtime/fault_injection.hpp"
@@ -24,6 +25,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 
 namespace lockstep {
@@ -65,10 +68,29 @@ detail::bytes cluster_key(cluster_spec& spec) {
   return key;
 }
 
-/// The devices given, else LOCKSTEP_REPLICAS_PER_WORKER CPU devices
-/// (lockstep-run --replicas-per-worker sets it), else mirrored_strategy's
-/// default.
+/// TF's name of this worker's task: TF_CONFIG's task type and index (the
+/// chief /job:chief/replica:0/task:0, worker i /job:worker/replica:0/task:i);
+/// from other launchers, /job:worker/replica:0/task:<rank>. Nothing (the
+/// devices stay /job:localhost) for an evaluator and for one process
+/// without a cluster, which run alone as TF's do.
+std::optional<detail::task_name> task_of(const cluster_spec& spec) {
+  if (spec.task_type == "chief" || spec.task_type == "worker")
+    return detail::task_name{spec.task_type, static_cast<int>(spec.task_index)};
+  if (spec.is_evaluator() || spec.world_size <= 1)
+    return std::nullopt;
+  return detail::task_name{"worker", static_cast<int>(spec.rank)};
+}
+
+/// The devices given (this process's: local names, or this worker's task
+/// name), else LOCKSTEP_REPLICAS_PER_WORKER CPU devices (lockstep-run
+/// --replicas-per-worker sets it), else mirrored_strategy's default;
+/// canonical, so named after this worker's task once it is set.
 std::vector<device_spec> local_devices(const multi_worker_options& options) {
+  for (const auto& d : options.local_devices)
+    if (!d.is_local())
+      throw value_error("multi_worker_options: local_devices must be this worker's devices ("
+                        + cpu_device(0).to_string() + " and its like), not "
+                        + d.to_string());
   if (!options.local_devices.empty())
     return detail::mirrored_devices(options.local_devices);
   const char* text = std::getenv("LOCKSTEP_REPLICAS_PER_WORKER");
@@ -84,8 +106,8 @@ std::vector<device_spec> local_devices(const multi_worker_options& options) {
   return detail::mirrored_devices(cpu_devices(static_cast<int>(count)));
 }
 
-std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
-                                                   const multi_worker_options& options) {
+std::shared_ptr<detail::strategy_state> start(const cluster_spec& given,
+                                              const multi_worker_options& options) {
   auto devices = local_devices(options);
   const auto timeout = detail::checked_timeout(
     options.timeout.value_or(get_runtime_options().timeout), "multi_worker_mirrored_strategy");
@@ -142,6 +164,24 @@ std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
   };
   detail::start_replicas(*state);
   return state;
+}
+
+/// Names this process's devices after its task (device_spec::canonical),
+/// as TF does once a cluster is configured, and starts; a start that fails
+/// gives the devices their former names back.
+std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
+                                                   const multi_worker_options& options) {
+  const auto task = task_of(given);
+  if (!task)
+    return start(given, options);
+  const auto former = detail::local_task();
+  detail::set_local_task(*task);
+  try {
+    return start(given, options);
+  } catch (...) {
+    detail::set_local_task(former);
+    throw;
+  }
 }
 
 } // namespace
