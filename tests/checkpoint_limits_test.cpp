@@ -197,6 +197,30 @@ TEST_CASE("files that claim gigabytes are refused before anything large is alloc
             "it): the peak allocations were not checked");
 }
 
+TEST_CASE("an 80 MB header nested deep is refused with no more memory than its bytes") {
+  temporary_directory dir{directory_prefix};
+  const auto path = dir.path() / "nested.safetensors";
+  constexpr std::size_t header_bytes = 80'000'000;
+  std::string header(header_bytes / 2, '[');
+  header.append(header_bytes / 2, ']');
+  write_file(path, little_endian_u64(header_bytes) + header);
+  header = {};
+  for (const auto& [reader, read] : readers()) {
+    CAPTURE(reader);
+    const auto baseline = allocation_counter::current.load();
+    allocation_counter::reset_peak();
+    const auto refusal = refusal_of(read, path);
+    const auto peak = allocation_counter::peak_since(baseline);
+    CHECK(refusal == path.string()
+                       + ": the header's JSON nests deeper than the 3 levels of the format (the "
+                         "header object, a tensor's entry, its \"shape\" or \"data_offsets\" "
+                         "array): level 4 opens at byte 3");
+    // The header's own bytes, read to check their checksum and nesting.
+    if (allocation_counter::active())
+      CHECK(peak < header_bytes + 8 + allocation_bound);
+  }
+}
+
 TEST_CASE("a valid file is read with no more memory than its tensors and a constant") {
   temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "ckpt-1.safetensors";

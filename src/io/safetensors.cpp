@@ -36,6 +36,10 @@ constexpr std::string_view metadata_key = "__metadata__";
 // The reference implementation's limit; real headers are a few MB at most.
 constexpr std::uint64_t max_header_length = 100'000'000;
 
+// The format's nesting: the header object, an entry (or "__metadata__")
+// object in it, and an entry's "shape" and "data_offsets" arrays.
+constexpr std::size_t max_header_depth = 3;
+
 // tensor's own limit, so a shape accepted here always makes a tensor.
 constexpr std::int64_t max_elements = std::numeric_limits<std::int64_t>::max() / 8;
 
@@ -321,6 +325,37 @@ void read_tensor_bytes(const regular_file& file, std::uint64_t offset, char* int
                                    + std::to_string(file.size()) + " bytes)");
 }
 
+// Refuses a header whose JSON nests deeper than the format does, before it
+// is parsed: the parsed tree of "[[[[..." costs dozens of bytes for each
+// byte of text, so 80 MB of brackets would take gigabytes. A linear scan
+// that allocates nothing; strings (with their escapes) are skipped.
+void check_nesting(std::string_view header_text, const decode_errors& errors) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < header_text.size(); ++i) {
+    const char c = header_text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i; // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > max_header_depth)
+        throw errors.corrupt("the header's JSON nests deeper than the "
+                             + std::to_string(max_header_depth)
+                             + " levels of the format (the header object, a tensor's entry, "
+                               "its \"shape\" or \"data_offsets\" array): level "
+                             + std::to_string(depth) + " opens at byte " + std::to_string(i));
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 // -- the header checksum ------------------------------------------------------
 
 // The text that opens the header checksum's value in a header lockstep wrote
@@ -493,6 +528,7 @@ safetensors_header decode_safetensors_header(std::string_view prefix, std::uint6
                         + std::to_string(header_text.size()) + " bytes): ";
   if (auto nul = header_text.find('\0'); nul != std::string_view::npos)
     throw errors.corrupt(not_json + "it holds a NUL byte at offset " + std::to_string(nul));
+  check_nesting(header_text, errors);
   json header;
   try {
     header = json::parse(header_text);
