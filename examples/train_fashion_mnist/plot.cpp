@@ -74,10 +74,21 @@ std::optional<std::filesystem::path> find_gnuplot() {
   return std::nullopt;
 }
 
-/// A descriptor that closes itself.
+/// `fd`, moved above the standard streams (close-on-exec) when it is one
+/// of them (this process runs with one closed): a child's dup2 onto 0, 1
+/// or 2 must not find its source already there.
+int above_standard_streams(int fd) noexcept {
+  if (fd < 0 || fd > STDERR_FILENO)
+    return fd;
+  const int above = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  ::close(fd);
+  return above;
+}
+
+/// A descriptor that closes itself, never one of the standard streams.
 class descriptor {
 public:
-  explicit descriptor(int fd = -1) noexcept : fd_(fd) {}
+  explicit descriptor(int fd = -1) noexcept : fd_(above_standard_streams(fd)) {}
   ~descriptor() { reset(); }
   descriptor(descriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   descriptor(const descriptor&) = delete;
@@ -154,6 +165,8 @@ std::string run_gnuplot(const std::filesystem::path& program, std::string_view i
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0)
     return "cannot start gnuplot: " + errno_text(errno);
   descriptor exec_read{exec_pipe[0]}, exec_write{exec_pipe[1]};
+  if (out_read.get() < 0 || out_write.get() < 0 || exec_read.get() < 0 || exec_write.get() < 0)
+    return "cannot start gnuplot: " + errno_text(errno);
   std::string name = "gnuplot";
   char* argv[] = {name.data(), nullptr};
   const pid_t parent = ::getpid();
