@@ -197,6 +197,46 @@ TEST_CASE("files that claim gigabytes are refused before anything large is alloc
             "it): the peak allocations were not checked");
 }
 
+TEST_CASE("80 MB headers nested deep or holding millions of keys are refused with no more "
+          "memory than their bytes") {
+  temporary_directory dir{directory_prefix};
+  constexpr std::size_t header_bytes = 80'000'000;
+  // Brackets (about 3 GB as a parsed tree), and `"n":"",` pairs of
+  // metadata (about 1.7 GB).
+  const auto nested = dir.path() / "nested.safetensors";
+  std::string header(header_bytes / 2, '[');
+  header.append(header_bytes / 2, ']');
+  write_file(nested, little_endian_u64(header_bytes) + header);
+  const auto flat = dir.path() / "flat.safetensors";
+  header = R"({"__metadata__":{)";
+  for (std::size_t i = 0; header.size() < header_bytes - 32; ++i)
+    header += "\"" + std::to_string(i) + "\":\"\",";
+  header += R"("end":""}})";
+  header.append(header_bytes - header.size(), ' ');
+  write_file(flat, little_endian_u64(header_bytes) + header);
+  header = {};
+  const std::vector<std::pair<fs::path, std::string>> files{
+    {nested, ": the header's JSON nests deeper than the 3 levels of the format (the header "
+             "object, a tensor's entry, its \"shape\" or \"data_offsets\" array): level 4 "
+             "opens at byte 3"},
+    {flat, ": the header's JSON holds more than 1048576 keys and values (some 70,000 tensors), "
+           "the most lockstep parses: the limit is passed at byte "}};
+  for (const auto& [path, message] : files) {
+    for (const auto& [reader, read] : readers()) {
+      CAPTURE(path.filename().string());
+      CAPTURE(reader);
+      const auto baseline = allocation_counter::current.load();
+      allocation_counter::reset_peak();
+      const auto refusal = refusal_of(read, path);
+      const auto peak = allocation_counter::peak_since(baseline);
+      CHECK(refusal.starts_with(path.string() + message));
+      // The header's own bytes, read to check their checksum and structure.
+      if (allocation_counter::active())
+        CHECK(peak < header_bytes + 8 + allocation_bound);
+    }
+  }
+}
+
 TEST_CASE("a valid file is read with no more memory than its tensors and a constant") {
   temporary_directory dir{directory_prefix};
   const auto path = dir.path() / "ckpt-1.safetensors";

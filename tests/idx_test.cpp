@@ -25,6 +25,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "lockstep/error.hpp"
@@ -637,6 +639,96 @@ TEST_CASE("load_mnist names the files whose counts disagree, and a missing file"
   CHECK(error_of<io_error>([&] { load_mnist(dir.path()); })
         == "load_mnist: neither \"" + (dir.path() / "t10k-images-idx3-ubyte.gz").string()
              + "\" nor \"" + (dir.path() / "t10k-images-idx3-ubyte").string() + "\" exists");
+}
+
+TEST_CASE("load_mnist checks the four headers against each other before inflating any file") {
+  if (!allocation_counter::active()) {
+    MESSAGE("skipped: the counting operator new is not in use in this build (a sanitizer's wins)");
+    return;
+  }
+  temporary_directory dir{"idx_test"};
+  const auto quoted = [&](const char* name) { return "\"" + (dir.path() / name).string() + "\""; };
+  // What reading the headers may cost: the reader's input buffer and the
+  // messages, far below the 64 MiB of images each case below holds.
+  constexpr std::size_t constant = std::size_t{1} << 20;
+  const auto big_images = zeros_bomb(idx_bytes(0x08, {65536, 32, 32}, ""), 64);
+  const auto peak_and_error = [&] {
+    std::string message;
+    const auto peak = peak_allocation_of(
+      [&] { message = error_of<data_loss_error>([&] { load_mnist(dir.path()); }); });
+    return std::pair{peak, message};
+  };
+
+  // 64 MiB of valid images whose labels file declares fewer labels.
+  write_mnist(dir.path(), 2, 2, 2, 2);
+  write_file(dir.path() / "train-images-idx3-ubyte.gz", big_images);
+  write_file(dir.path() / "train-labels-idx1-ubyte.gz",
+             gzip(idx_bytes(0x08, {60000}, counting_bytes(60000))));
+  auto [peak, message] = peak_and_error();
+  CHECK(message == "load_mnist: " + quoted("train-images-idx3-ubyte.gz")
+                     + " has 65536 images but " + quoted("train-labels-idx1-ubyte.gz")
+                     + " has 60000 labels");
+  CHECK(peak < constant);
+
+  // A labels header that promises more than its 30-odd compressed bytes
+  // can hold: refused by its own size, before the images are inflated.
+  const auto empty_labels = gzip(idx_bytes(0x08, {65536}, ""));
+  write_file(dir.path() / "train-labels-idx1-ubyte.gz", empty_labels);
+  std::tie(peak, message) = peak_and_error();
+  CHECK(message == quoted("train-labels-idx1-ubyte.gz")
+                     + ": the dimensions [65536] need 65536 bytes of elements, more than a gzip "
+                       "stream of " + std::to_string(empty_labels.size())
+                     + " bytes can hold (deflate inflates at most 1032 bytes per compressed byte)");
+  CHECK(peak < constant);
+
+  // A valid training split of 64 MiB, and test labels that disagree with
+  // the test images: the training files are not read either.
+  write_file(dir.path() / "train-labels-idx1-ubyte.gz",
+             gzip(idx_bytes(0x08, {65536}, counting_bytes(65536))));
+  write_file(dir.path() / "t10k-labels-idx1-ubyte", idx_bytes(0x08, {3}, counting_bytes(3)));
+  std::tie(peak, message) = peak_and_error();
+  CHECK(message == "load_mnist: " + quoted("t10k-images-idx3-ubyte") + " has 2 images but "
+                     + quoted("t10k-labels-idx1-ubyte") + " has 3 labels");
+  CHECK(peak < constant);
+
+  // Test images of another size than the training images: the same.
+  write_file(dir.path() / "t10k-labels-idx1-ubyte", idx_bytes(0x08, {2}, counting_bytes(2)));
+  std::tie(peak, message) = peak_and_error();
+  CHECK(contains(message, "are 32x32 but the test images are 2x2"));
+  CHECK(peak < constant);
+}
+
+TEST_CASE("under an address-space limit, a gigabyte of images whose labels disagree is refused "
+          "by the count") {
+  const auto unusable = address_space_limit_unusable();
+  if (!unusable.empty()) {
+    MESSAGE("skipped: " << unusable);
+    return;
+  }
+  // The issue's case, at 1 GiB: images that inflate in full (1 MB of
+  // gzip), and a labels file that declares another count. Reading the
+  // images first ran out of the child's 512 MiB of room.
+  temporary_directory dir{"idx_test"};
+  write_mnist(dir.path(), 2, 2, 2, 2);
+  const auto images = dir.path() / "train-images-idx3-ubyte.gz";
+  const auto labels = dir.path() / "train-labels-idx1-ubyte.gz";
+  write_file(images, zeros_bomb(idx_bytes(0x08, {1u << 20, 32, 32}, ""), 1024));
+  write_file(labels, gzip(idx_bytes(0x08, {60000}, counting_bytes(60000))));
+  const auto result = run_with_address_space_limit([&]() -> std::string {
+    try {
+      load_mnist(dir.path());
+    } catch (const data_loss_error& e) {
+      return std::string("data loss: ") + e.what();
+    } catch (const resource_error& e) {
+      return std::string("resource: ") + e.what();
+    }
+    return "no exception";
+  });
+  INFO("the child " << describe_end(result));
+  CHECK(exited_with(result, 0));
+  CHECK(result.report
+        == "data loss: load_mnist: \"" + images.string() + "\" has 1048576 images but \""
+             + labels.string() + "\" has 60000 labels");
 }
 
 TEST_CASE("the real Fashion-MNIST files have 60000 and 10000 images of 28x28") {

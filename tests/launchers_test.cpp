@@ -7,8 +7,9 @@
 // collectives scenario (every op, dtype and size against closed forms) and
 // logs at info level the cluster it resolved, which the test compares with
 // what the launcher's variables mean. Then Open MPI's real mpirun, when it
-// is installed, and one refusal per launcher. MULTI_WORKER_PROGRAM (set by
-// meson) names the worker program.
+// is installed, and one refusal per launcher. Last, lockstep-run killed by
+// SIGKILL: no file of its token is left, and no worker. MULTI_WORKER_PROGRAM
+// and LOCKSTEP_RUN (set by meson) name the worker program and lockstep-run.
 
 #include "worker_processes.hpp"
 
@@ -16,6 +17,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,8 +25,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -441,5 +446,67 @@ TEST_CASE("Open MPI: mpirun -np 2 with the coordinator and the token passed by -
     CHECK_MESSAGE(!mpi.exited_ok(), text);
     CHECK_MESSAGE(text.find("Open MPI names none: set LOCKSTEP_COORDINATOR") != std::string::npos,
                   text);
+  }
+}
+
+// -- lockstep-run ----------------------------------------------------------
+
+namespace {
+
+/// Whether process `pid` (not this one's child) has ended: gone, or a
+/// zombie that its new parent has not reaped yet.
+bool has_ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text))
+    return true;
+  const auto after_name = text.rfind(')');
+  return after_name != std::string::npos && after_name + 2 < text.size()
+         && text[after_name + 2] == 'Z';
+}
+
+} // namespace
+
+TEST_CASE("lockstep-run: a launcher killed by SIGKILL leaves no token file, and no worker") {
+  temp_folder folder;
+  // Where lockstep-run would write a file: $TMPDIR (else /tmp).
+  const auto tmp = folder.path() / "tmp";
+  fs::create_directory(tmp);
+  // Each worker reads the token through the path it is given (as the
+  // library does), says so with its pid, and waits.
+  const std::string script = R"(echo "token of $(wc -c < "$LOCKSTEP_CLUSTER_TOKEN_FILE") bytes";
+    echo "ready $$"; exec sleep 60)";
+  auto launcher = std::vector<process>{
+    spawn({test_program("LOCKSTEP_RUN"), "-n", "2", "sh", "-c", script},
+          environment_with({"TMPDIR=" + tmp.string()}), folder.path() / "run.txt")};
+  std::vector<pid_t> workers;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (workers.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+    workers.clear();
+    std::istringstream lines{launcher[0].text()};
+    for (std::string line; std::getline(lines, line);)
+      if (const auto at = line.find("] ready "); at != std::string::npos)
+        workers.push_back(std::stoi(line.substr(at + 8)));
+  }
+  REQUIRE_MESSAGE(workers.size() == 2, launcher[0].text());
+  REQUIRE(::kill(launcher[0].pid, SIGKILL) == 0);
+  wait_all(launcher, 10s);
+  const auto text = launcher[0].text();
+  CHECK_MESSAGE(text.find("[0] token of 64 bytes") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("[1] token of 64 bytes") != std::string::npos, text);
+  // No file of the secret is left where lockstep-run could have put one.
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(tmp))
+    left.push_back(entry.path().string());
+  CHECK_MESSAGE(left.empty(), "left in $TMPDIR: " << left.front());
+  // The workers died with their launcher.
+  const auto gone_by = std::chrono::steady_clock::now() + 10s;
+  for (const auto pid : workers) {
+    while (!has_ended(pid) && std::chrono::steady_clock::now() < gone_by)
+      std::this_thread::sleep_for(20ms);
+    CHECK_MESSAGE(has_ended(pid), "worker " << pid << " outlived its launcher");
+    if (!has_ended(pid))
+      ::kill(pid, SIGKILL);
   }
 }

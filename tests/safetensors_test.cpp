@@ -280,6 +280,38 @@ TEST_CASE("errors about huge shapes and offsets quote their first items only") {
   CHECK(offsets.find("... and 99993 more]") != std::string::npos);
 }
 
+TEST_CASE("a header nested deeper than the format, or with more keys and values than lockstep "
+          "parses, is refused before it is parsed") {
+  const std::string limit = "test.safetensors: the header's JSON nests deeper than the 3 levels "
+                            "of the format (the header object, a tensor's entry, its \"shape\" or "
+                            "\"data_offsets\" array): level 4 opens at byte ";
+  CHECK(corruption_of(file_with(R"({"w": {"dtype": "F32", "shape": [[1]], "data_offsets": [0, 4]}})",
+                                "0123"))
+        == limit + "33");
+  CHECK(corruption_of(file_with(R"({"__metadata__": {"a": {"b": {}}}})")) == limit + "29");
+  // A million levels: refused at the fourth, whatever follows.
+  CHECK(corruption_of(file_with(std::string(1'000'000, '[') + std::string(1'000'000, ']')))
+        == limit + "3");
+  // Brackets inside strings, escaped quotes among them, are text.
+  const auto file = file_with(R"({"__metadata__": {"k": "[[[[{{{{\"[[[[", "[[[[": "}}}}"}})");
+  const auto decoded = decode_safetensors(file, "test.safetensors");
+  CHECK(decoded.metadata == std::map<std::string, std::string>{{"k", "[[[[{{{{\"[[[["},
+                                                               {"[[[[", "}}}}"}});
+
+  // At most 2^20 keys and values: metadata of n pairs holds 2n + 2.
+  const auto metadata = [](std::size_t pairs) {
+    std::string text = R"({"__metadata__":{)";
+    for (std::size_t i = 0; i < pairs; ++i)
+      text += (i == 0 ? "\"" : ",\"") + std::to_string(i) + "\":\"\"";
+    return text + "}}";
+  };
+  CHECK(decode_safetensors(file_with(metadata(500'000)), "test.safetensors").metadata.size()
+        == 500'000);
+  CHECK(contains(corruption_of(file_with(metadata(600'000))),
+                 "test.safetensors: the header's JSON holds more than 1048576 keys and values "
+                 "(some 70,000 tensors), the most lockstep parses: the limit is passed at byte "));
+}
+
 TEST_CASE("unsupported dtypes throw dtype_error naming the dtype") {
   auto message = error_of<dtype_error>([] {
     decode_safetensors(file_with(R"({"w": {"dtype": "U16", "shape": [1], "data_offsets": [0, 2]}})",

@@ -285,6 +285,48 @@ TEST_CASE("a plot path is never a gnuplot command, and the plot lands at exactly
   CHECK(entries == std::vector<std::string>{name, "data", "metrics.csv"});
 }
 
+TEST_CASE("a job killed while gnuplot runs leaves no gnuplot running and no plot folder") {
+  const workspace w;
+  // A gnuplot (first on PATH) that notes its pid, kills the job that
+  // started it with SIGKILL, and would then run on for a minute.
+  const auto bin = w.dir.path() / "bin";
+  const auto tmp = w.dir.path() / "tmp"; // $TMPDIR: where a plot folder would go
+  fs::create_directories(bin);
+  fs::create_directories(tmp);
+  const auto pid_file = w.dir.path() / "gnuplot.pid";
+  write_file(bin / "gnuplot", "#!/bin/sh\necho $$ > '" + pid_file.string()
+                                  + "'\nkill -9 $PPID\nexec sleep 60\n");
+  fs::permissions(bin / "gnuplot", fs::perms::owner_all);
+  const char* path = std::getenv("PATH");
+  const auto result
+    = run(w.options({"--epochs", "1", "--plot", (w.dir.path() / "plot.svg").string()}),
+          w.dir.path(), 0, {},
+          {"PATH=" + bin.string() + ":" + (path != nullptr ? path : ""), "TMPDIR=" + tmp.string()});
+  CHECK(result.status == -1); // killed
+  REQUIRE_MESSAGE(fs::exists(pid_file), result.err);
+  const auto gnuplot = std::stoi(read_file(pid_file));
+  // Gone, or a zombie its new parent has yet to reap.
+  const auto ended = [&] {
+    std::ifstream stat("/proc/" + std::to_string(gnuplot) + "/stat");
+    std::string text;
+    if (!std::getline(stat, text))
+      return true;
+    const auto after_name = text.rfind(')');
+    return after_name != std::string::npos && after_name + 2 < text.size()
+           && text[after_name + 2] == 'Z';
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!ended() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_MESSAGE(ended(), "gnuplot (pid " << gnuplot << ") outlived the job that started it");
+  if (!ended())
+    ::kill(gnuplot, SIGKILL);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp))
+    left.push_back(e.path().filename().string());
+  CHECK_MESSAGE(left.empty(), "left in $TMPDIR: " << left.front());
+}
+
 TEST_CASE("outputs such as /dev/null stay allowed") {
   const workspace w;
   const auto result = run(w.options({"--epochs", "1", "--metrics", "/dev/null", "--plot",

@@ -213,7 +213,17 @@ TEST_CASE("a run resumed from its checkpoint ends with the bits of one that neve
     std::vector<step_progress> progress;
     training_observer watcher;
     watcher.on_progress = [&](const step_progress& p) { progress.push_back(p); };
-    check_resumed(train(stopped, data, watcher), 15, straight);
+    const auto resumed = train(stopped, data, watcher);
+    check_resumed(resumed, 15, straight);
+    // Epoch 2's loss and accuracy cover all its 11 steps, the 4 before the
+    // stop included (the checkpoint kept their figures): those of the run
+    // that never stopped, to the last bit.
+    REQUIRE(resumed.epochs.size() == 2);
+    REQUIRE(straight.epochs.size() == 3);
+    CHECK(resumed.epochs[0].epoch == 2);
+    CHECK(resumed.epochs[0].train_loss == straight.epochs[1].train_loss);
+    CHECK(resumed.epochs[0].train_accuracy == straight.epochs[1].train_accuracy);
+    CHECK(resumed.epochs[1].train_loss == straight.epochs[2].train_loss);
     REQUIRE(progress.size() == 18); // 7 steps of epoch 2, 11 of epoch 3
     for (const auto& p : progress) {
       CAPTURE(p.epoch);
@@ -423,6 +433,53 @@ TEST_CASE("a resume cross-checks the step against the epoch and iteration counte
         != std::string::npos);
 }
 
+TEST_CASE("a resume checks the epoch's figures so far against the step, and says when there "
+          "are none") {
+  const auto data = synthetic(250, 40);
+  temporary_directory dir{"training"};
+  auto config = config_for(2, optimizer_kind::adam);
+  config.checkpoint_dir = dir.path();
+  config.epochs = 1;
+  std::atomic<bool> stop{false};
+  training_observer stopper;
+  stopper.on_progress = [&](const step_progress& p) {
+    if (p.step == 4)
+      stop.store(true);
+  };
+  REQUIRE(train(config, data, stopper, &stop).global_step == 4);
+  const auto saved = dir.path() / "ckpt-4.safetensors";
+  auto vars = checkpoint_variables(config, saved, true);
+  const auto edited = dir.path() / "edited.safetensors";
+  auto resume = config;
+  resume.checkpoint_dir.clear();
+  resume.resume_from = edited;
+
+  // Figures of 3 steps where the step puts 4 before it in its epoch.
+  vars.emplace_back(tensor::from<double>({0.0, 0, 0, 0}), variable_options{.name = "epoch_so_far"});
+  (void) restore(saved, {vars.back()});
+  CHECK(vars.back().value().data<double>()[3] == 4);
+  vars.back().assign(tensor::from<double>({1.5, 50, 96, 3}));
+  save(edited, vars, 4);
+  CHECK(error_of<data_loss_error>([&] { (void) train(resume, data); })
+        == edited.string() + ": its figures of the epoch so far cover 3 steps, but 4 steps"
+                             " of epoch 1 come before its step 4");
+
+  // A checkpoint saved inside an epoch before the figures were kept: the
+  // resumed epoch's row covers the steps this run takes, and a note says so.
+  vars.pop_back();
+  save(edited, vars, 4);
+  std::vector<std::string> notes;
+  training_observer watcher;
+  watcher.on_note = [&](const std::string& text) { notes.push_back(text); };
+  const auto resumed = train(resume, data, watcher);
+  CHECK(resumed.global_step == 11);
+  CHECK(std::any_of(notes.begin(), notes.end(), [&](const std::string& note) {
+    return note == "note: " + edited.string() + " keeps no figures of the 4 steps of epoch 1"
+                   " before it (it was saved before they were kept): that epoch's loss and"
+                   " accuracy cover only the steps this run takes";
+  }));
+}
+
 TEST_CASE("resume_from resumes from that file, and later saves go to the checkpoint directory") {
   const auto data = synthetic(250, 40);
   auto config = config_for(2, optimizer_kind::adam);
@@ -523,7 +580,7 @@ TEST_CASE("check_output_writable changes nothing it did not create") {
                + "/a\\nb/c': No such file or directory");
 }
 
-TEST_CASE("plot_metrics reports a gnuplot that fails or hangs, and leaves nothing behind") {
+TEST_CASE("plot_metrics reports a gnuplot that fails, hangs or writes nothing, and leaves nothing behind") {
   temporary_directory dir{"training"};
   const auto bin = dir.path() / "bin";
   std::filesystem::create_directory(bin);
@@ -543,11 +600,18 @@ TEST_CASE("plot_metrics reports a gnuplot that fails or hangs, and leaves nothin
 
   CHECK(plot_metrics(rows, svg) == "gnuplot is not installed (apt-get install gnuplot-nox)");
   ::setenv("PATH", (bin.string() + ":" + saved_path).c_str(), 1); // the fake first
-  // It runs in the private directory, on the fixed script name.
-  write_file(fake, "#!/bin/sh\nd=${PWD##*/}\necho \"cannot plot $1 in ${d%??????}\" >&2\nexit 3\n");
+  // It gets no argument and reads the data, then the commands, on stdin.
+  write_file(fake, "#!/bin/sh\nread first\necho \"cannot plot $# files: $first\" >&2\nexit 3\n");
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
   CHECK(plot_metrics(rows, svg)
-        == "gnuplot failed (exit status 3): cannot plot plot.gp in train_fashion_mnist-plot-\n");
+        == "gnuplot failed (exit status 3): cannot plot 0 files: $metrics << EOD\n");
+  // What it writes on stdout is the plot.
+  write_file(fake, "#!/bin/sh\ncat >/dev/null\necho '<svg/>'\n");
+  CHECK(plot_metrics(rows, svg) == "");
+  CHECK(read_file(svg) == "<svg/>\n");
+  std::filesystem::remove(svg);
+  write_file(fake, "#!/bin/sh\nexit 0\n");
+  CHECK(plot_metrics(rows, svg) == "gnuplot wrote no plot");
   write_file(fake, "#!/bin/sh\nexec sleep 30\n");
   CHECK(plot_metrics(rows, svg, std::chrono::milliseconds(300))
         == "gnuplot did not finish in 0.3 s and was killed");

@@ -4,9 +4,13 @@
 //                program [args...]
 //
 // Starts N copies of `program`, worker i with TF_CONFIG naming a cluster of
-// N workers on loopback ports and task i, a fresh cluster token in a file
-// only this user can read (LOCKSTEP_CLUSTER_TOKEN_FILE), a job id of its
-// own, LOCKSTEP_GENERATION and LOCKSTEP_REPLICAS_PER_WORKER=K when given.
+// N workers on loopback ports and task i, a fresh cluster token, a job id
+// of its own, LOCKSTEP_GENERATION and LOCKSTEP_REPLICAS_PER_WORKER=K when
+// given. The token lies in a file in memory (memfd, mode 0600, sealed)
+// that no folder holds: the workers inherit its descriptor and read it as
+// LOCKSTEP_CLUSTER_TOKEN_FILE=/proc/self/fd/N, and it vanishes with the
+// last process that holds it, so no file of the secret outlives the job,
+// however lockstep-run ends (SIGKILL included).
 // Every line a worker writes (stdout or stderr) is printed with its rank in
 // front, on the same stream. SIGINT, SIGTERM and SIGHUP are passed on to the
 // workers. SIGUSR1 is passed on without stopping anyone
@@ -24,6 +28,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -96,9 +101,10 @@ int free_port() {
   return ntohs(address.sin_port);
 }
 
-/// 32 random bytes as 64 hex digits, in a new file readable by this user
-/// only; its path.
-std::string write_token_file() {
+/// 32 random bytes as 64 hex digits in a file in memory (memfd), readable
+/// by this user only and sealed against changes; its descriptor, which the
+/// workers inherit (it is not close-on-exec). No folder ever holds it.
+int make_token_file() {
   std::array<unsigned char, 32> random{};
   const int source = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (source < 0 || ::read(source, random.data(), random.size()) != static_cast<ssize_t>(random.size()))
@@ -110,13 +116,19 @@ std::string write_token_file() {
     hex += digits[byte >> 4];
     hex += digits[byte & 15];
   }
-  const char* folder = std::getenv("TMPDIR");
-  std::string path = std::string(folder && *folder ? folder : "/tmp") + "/lockstep-token-XXXXXX";
-  const int fd = ::mkstemp(path.data()); // mode 0600
-  if (fd < 0 || ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size()))
-    fail("cannot write the cluster token file " + path + ": " + std::strerror(errno));
-  ::close(fd);
-  return path;
+  int fd = ::memfd_create("lockstep-cluster-token", MFD_ALLOW_SEALING);
+  if (fd >= 0 && fd <= STDERR_FILENO) { // a closed standard stream: a worker's would replace it
+    const int above = ::fcntl(fd, F_DUPFD, STDERR_FILENO + 1);
+    ::close(fd);
+    fd = above;
+  }
+  if (fd < 0)
+    fail(std::string("cannot create the cluster token's memory file (memfd_create): ")
+         + std::strerror(errno));
+  if (::fchmod(fd, 0600) != 0 || ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size())
+      || ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    fail(std::string("cannot write the cluster token's memory file: ") + std::strerror(errno));
+  return fd;
 }
 
 struct worker {
@@ -221,6 +233,8 @@ struct launch {
   std::optional<std::size_t> replicas;
   std::size_t max_restarts = 0;
   char** program = nullptr;
+  /// LOCKSTEP_CLUSTER_TOKEN_FILE: /proc/self/fd/N, N the token's memory
+  /// file, which every worker inherits.
   std::string token_file;
   std::string job_id;
 };
@@ -379,7 +393,7 @@ int main(int argc, char** argv) {
   if (job.workers == 0 || first >= argc)
     fail(std::string("give -n and a program\n") + usage);
   job.program = argv + first;
-  job.token_file = write_token_file();
+  job.token_file = "/proc/self/fd/" + std::to_string(make_token_file());
   job.job_id = "lockstep-run-" + std::to_string(::getpid()) + "-"
                + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 
@@ -408,6 +422,5 @@ int main(int argc, char** argv) {
                  "their last checkpoint: restart %zu of %zu (generation %zu)\n",
                  generation, job.workers, generation + 1, job.max_restarts, generation + 1);
   }
-  ::unlink(job.token_file.c_str());
   return code;
 }

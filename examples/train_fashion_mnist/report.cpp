@@ -50,13 +50,19 @@ void print_summary(std::ostream& out, const std::vector<epoch_metrics>& epochs) 
         << fixed(e.seconds, 2) << " | " << thousands(e.examples_per_second) << " |\n";
 }
 
-void write_metrics_csv(const std::filesystem::path& path, const std::vector<epoch_metrics>& epochs) {
-  std::ofstream out{path, std::ios::trunc};
+std::string metrics_csv(const std::vector<epoch_metrics>& epochs) {
+  std::ostringstream out;
   out << "epoch,train_loss,train_accuracy,test_accuracy,seconds,examples_per_second\n";
   for (const auto& e : epochs)
     out << e.epoch << "," << fixed(e.train_loss, 6) << "," << fixed(e.train_accuracy, 6) << ","
         << fixed(e.test_accuracy, 6) << "," << fixed(e.seconds, 3) << ","
         << fixed(e.examples_per_second, 1) << "\n";
+  return out.str();
+}
+
+void write_metrics_csv(const std::filesystem::path& path, const std::vector<epoch_metrics>& epochs) {
+  std::ofstream out{path, std::ios::trunc};
+  out << metrics_csv(epochs);
   out.flush();
   if (!out)
     throw lockstep::io_error("cannot write the metrics to '" + printable(path.native()) + "'");

@@ -21,8 +21,12 @@ std::string progress_line(int epoch, int epochs, std::int64_t step, std::int64_t
 /// The per-epoch table, one row per epoch, with a header.
 void print_summary(std::ostream& out, const std::vector<epoch_metrics>& epochs);
 
-/// Writes `epoch,train_loss,train_accuracy,test_accuracy,seconds,examples_per_second`
-/// and one row per epoch to `path` (replaced whole). io_error if it cannot.
+/// `epoch,train_loss,train_accuracy,test_accuracy,seconds,examples_per_second`
+/// and one row per epoch, each line ending in a newline.
+std::string metrics_csv(const std::vector<epoch_metrics>& epochs);
+
+/// Writes metrics_csv(epochs) to `path` (replaced whole). io_error if it
+/// cannot.
 void write_metrics_csv(const std::filesystem::path& path, const std::vector<epoch_metrics>& epochs);
 
 /// Reads the rows of a CSV written by write_metrics_csv (for a resumed

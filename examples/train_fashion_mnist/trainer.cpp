@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 
 namespace fashion_mnist {
 
@@ -58,6 +59,27 @@ void check_config(const training_config& config, const training_data& data) {
                       + std::to_string(data.train_images.shape()[0]) + " examples)");
 }
 
+/// The figures of the steps of an epoch so far, as a checkpoint keeps them
+/// ("epoch_so_far", float64 [4]): a run resumed inside an epoch adds its
+/// steps to them, so the epoch's row covers the whole epoch.
+struct epoch_so_far {
+  step_stats totals; // summed over every worker's replicas
+  std::int64_t steps = 0; // the steps they cover: those done in the epoch
+
+  tensor to_tensor() const {
+    // Counts stay exact in a double up to 2^53.
+    return tensor::from<double>({totals.loss, static_cast<double>(totals.correct),
+                                 static_cast<double>(totals.examples),
+                                 static_cast<double>(steps)});
+  }
+
+  static epoch_so_far from_tensor(const tensor& t) {
+    const auto v = t.data<double>();
+    return {{v[0], static_cast<std::int64_t>(v[1]), static_cast<std::int64_t>(v[2])},
+            static_cast<std::int64_t>(v[3])};
+  }
+};
+
 /// The model's variables, the optimizer, the epoch counter and the
 /// recorded settings, created in `strategy`'s scope.
 struct training_state {
@@ -68,6 +90,9 @@ struct training_state {
   /// global step to an epoch and a position with it.
   variable global_batch;
   std::unique_ptr<recorded_config> recorded;
+  /// The current epoch's figures so far (epoch_so_far): zeros at an
+  /// epoch's end, the partial sums in a checkpoint saved inside an epoch.
+  variable so_far;
 
   /// What every checkpoint of this example holds, from the first version.
   std::vector<variable> core() const {
@@ -79,11 +104,18 @@ struct training_state {
     return all;
   }
 
-  /// What a checkpoint holds now.
-  std::vector<variable> checkpointed() const {
+  /// The core and the recorded settings.
+  std::vector<variable> with_settings() const {
     auto all = core();
     const auto settings = recorded->variables();
     all.insert(all.end(), settings.begin(), settings.end());
+    return all;
+  }
+
+  /// What a checkpoint holds now.
+  std::vector<variable> checkpointed() const {
+    auto all = with_settings();
+    all.push_back(so_far);
     return all;
   }
 };
@@ -98,8 +130,9 @@ training_state create_state(const strategy& strategy, const training_config& con
   auto opt = std::make_unique<optimizer>(config.optimizer, model);
   variable epoch{tensor::scalar(std::int64_t{0}), {.name = "epoch"}};
   variable global_batch{tensor::scalar(config.global_batch), {.name = "global_batch"}};
+  variable so_far{epoch_so_far{}.to_tensor(), {.name = "epoch_so_far"}};
   return {std::move(model), std::move(opt), std::move(epoch), std::move(global_batch),
-          std::make_unique<recorded_config>(config)};
+          std::make_unique<recorded_config>(config), std::move(so_far)};
 }
 
 /// The model's parameters as the calling replica's copies (the primary
@@ -263,7 +296,7 @@ std::optional<std::int64_t> resume(const training_config& config, training_state
          " seed, layer widths and optimizer settings given now are taken to be those it was"
          " saved with");
 
-  const auto info = restore(source, recorded ? state.checkpointed() : state.core());
+  const auto info = restore(source, recorded ? state.with_settings() : state.core());
   if (info.step != first->step)
     throw data_loss_error(name + ": its step changed while resuming from it (from "
                           + (first->step ? std::to_string(*first->step) : "none") + " to "
@@ -285,6 +318,32 @@ std::optional<std::int64_t> resume(const training_config& config, training_state
   if (state.opt->iterations() != step)
     throw data_loss_error(name + ": the optimizer applied " + std::to_string(state.opt->iterations())
                           + " steps, but the checkpoint's step is " + std::to_string(step));
+  // The figures of the epoch's steps before `step`; a checkpoint saved
+  // before they were kept lacks them (restore names them with a
+  // value_error), and its epoch's row then covers this run's steps only.
+  const auto position = step % steps_per_epoch;
+  bool kept = true;
+  try {
+    (void) restore(source, {state.so_far});
+  } catch (const shape_error&) {
+    throw;
+  } catch (const value_error&) {
+    kept = false;
+  }
+  if (kept) {
+    const auto so_far = epoch_so_far::from_tensor(state.so_far.value());
+    if (so_far.steps != position)
+      throw data_loss_error(name + ": its figures of the epoch so far cover "
+                            + std::to_string(so_far.steps) + " steps, but "
+                            + std::to_string(position) + " steps of epoch "
+                            + std::to_string(step / steps_per_epoch + 1)
+                            + " come before its step " + std::to_string(step));
+  } else if (position != 0) {
+    note("note: " + name + " keeps no figures of the " + std::to_string(position)
+         + " steps of epoch " + std::to_string(step / steps_per_epoch + 1)
+         + " before it (it was saved before they were kept): that epoch's loss and accuracy"
+           " cover only the steps this run takes");
+  }
   note("resumed from " + name + " at step " + std::to_string(step) + " (epoch "
        + std::to_string(step / steps_per_epoch + 1) + ", step "
        + std::to_string(step % steps_per_epoch) + " of " + std::to_string(steps_per_epoch)
@@ -353,10 +412,14 @@ training_result train(const training_config& config, const training_data& data,
     result.global_step = *step;
     result.resumed_from_step = *step;
   }
-  const auto save = [&](std::int64_t epoch) {
+  // The figures of the steps before the resume point in its epoch (zeros
+  // at an epoch's start): the first epoch of this run adds to them.
+  auto resumed_so_far = epoch_so_far::from_tensor(state.so_far.value());
+  const auto save = [&](std::int64_t epoch, const epoch_so_far& so_far) {
     if (!checkpoints)
       return;
     state.epoch.assign(tensor::scalar(epoch));
+    state.so_far.assign(so_far.to_tensor());
     // Every worker takes part (they agree on the step); the chief writes.
     if (auto path = checkpoints->save(state.checkpointed(), result.global_step))
       note("saved " + path->string());
@@ -400,15 +463,18 @@ training_result train(const training_config& config, const training_data& data,
     // Timed from here, before the first call: the steps skipped above are
     // not this process's work, and the first call's are.
     const auto start = std::chrono::steady_clock::now();
-    step_stats totals;
-    std::int64_t ran = 0; // steps this call took in this epoch
+    // The epoch's figures: a resumed epoch's start from the checkpoint's.
+    auto so_far = std::exchange(resumed_so_far, epoch_so_far{});
+    if (so_far.steps != done)
+      so_far = {}; // a checkpoint that kept none: this run's steps only
+    const auto examples_before = so_far.totals.examples; // not this run's work
     const auto data_ended = [&] {
       return value_error("training: the data ended after " + std::to_string(done)
                          + " of an epoch's " + std::to_string(steps_per_epoch) + " steps");
     };
     while (done < steps_per_epoch && !out_of_steps()) {
       if (stop != nullptr && stop->load()) {
-        save(epoch);
+        save(epoch, so_far);
         result.interrupted = true;
         break;
       }
@@ -459,20 +525,22 @@ training_result train(const training_config& config, const training_data& data,
             bad_step = first_bad[r], bad_loss = first_bad_loss[r];
         }
       }
-      totals += across_workers(strategy, call);
+      so_far.totals += across_workers(strategy, call);
       if (bad_step != 0)
         throw diverged(bad_loss, static_cast<int>(epoch + 1), done + bad_step, steps_per_epoch,
                        result.global_step + bad_step, learning_rate);
       done += steps;
-      ran += steps;
+      so_far.steps += steps;
       result.global_step += steps;
-      const auto mean_loss = totals.loss / static_cast<double>(std::max<std::int64_t>(ran, 1));
+      const auto& totals = so_far.totals;
+      const auto mean_loss
+          = totals.loss / static_cast<double>(std::max<std::int64_t>(so_far.steps, 1));
       const auto accuracy = static_cast<double>(totals.correct)
                             / static_cast<double>(std::max<std::int64_t>(totals.examples, 1));
       if (observer.on_progress)
         observer.on_progress(step_progress{
             static_cast<int>(epoch + 1), done, steps_per_epoch, mean_loss, accuracy,
-            totals.examples,
+            totals.examples - examples_before,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
     }
     if (result.interrupted)
@@ -481,15 +549,19 @@ training_result train(const training_config& config, const training_data& data,
       break; // max_steps ended the run inside this epoch
     const auto seconds
         = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Loss and accuracy over the whole epoch, a resumed one's earlier steps
+    // included; the time and speed of this process's steps only.
+    const auto& totals = so_far.totals;
     epoch_metrics metrics;
     metrics.epoch = static_cast<int>(epoch + 1);
-    metrics.train_loss = totals.loss / static_cast<double>(std::max<std::int64_t>(ran, 1));
+    metrics.train_loss
+        = totals.loss / static_cast<double>(std::max<std::int64_t>(so_far.steps, 1));
     metrics.train_accuracy
         = static_cast<double>(totals.correct) / static_cast<double>(std::max<std::int64_t>(totals.examples, 1));
     metrics.seconds = seconds;
-    metrics.examples_per_second = static_cast<double>(totals.examples) / seconds;
+    metrics.examples_per_second = static_cast<double>(totals.examples - examples_before) / seconds;
     metrics.test_accuracy = test_accuracy(strategy, config, state, data);
-    save(epoch + 1);
+    save(epoch + 1, epoch_so_far{});
     result.epochs.push_back(metrics);
     if (observer.on_epoch)
       observer.on_epoch(metrics);

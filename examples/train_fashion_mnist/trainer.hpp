@@ -10,7 +10,9 @@
 // weights bit for bit as a run that never stopped, because the shuffle
 // order of epoch e is a pure function of (seed, e) and the steps already
 // taken in e are skipped. They also record the settings that make a run
-// (recorded_config.hpp), and a resume refuses different ones.
+// (recorded_config.hpp), and a resume refuses different ones, and the
+// figures of the current epoch's steps so far, so that a resumed epoch's
+// loss and accuracy cover the whole epoch.
 
 #include "mlp.hpp"
 #include "optimizer.hpp"
@@ -68,7 +70,10 @@ struct training_config {
   std::chrono::milliseconds slow_input_delay{0};
 };
 
-/// One epoch's figures.
+/// One epoch's figures. Loss and accuracy cover every step of the epoch,
+/// also when a run resumed inside it (a checkpoint saved inside an epoch
+/// keeps the figures of its steps so far, "epoch_so_far"); seconds and
+/// examples per second time this process's steps only.
 struct epoch_metrics {
   int epoch = 0; // from 1
   double train_loss = 0;
@@ -83,8 +88,11 @@ struct step_progress {
   int epoch = 0;          // from 1
   std::int64_t step = 0;  // steps done in the epoch, those of an earlier run included
   std::int64_t steps = 0; // steps per epoch
-  double loss = 0;        // mean loss of the steps this process ran in the epoch
-  double accuracy = 0;    // their share of correct predictions
+  /// Mean loss of the epoch's steps so far, and their share of correct
+  /// predictions: in a resumed epoch, the steps before the resume too
+  /// (the checkpoint keeps their figures).
+  double loss = 0;
+  double accuracy = 0;
   /// Examples this process trained on in this epoch (a resumed epoch's
   /// skipped steps are not among them).
   std::int64_t examples = 0;

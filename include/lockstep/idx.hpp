@@ -90,6 +90,12 @@ inline constexpr std::string_view fashion_mnist_directory = "/usr/share/datasets
 /// a regular file), data_loss_error naming both files if a split's image
 /// and label counts differ or the two splits' images differ in size, and
 /// resource_error naming the file if its tensor cannot be allocated.
+///
+/// The four headers are read (only they are inflated) and checked first,
+/// each against its file as `read_idx` checks it and against the others
+/// (images [n, rows, cols] and labels [n] with the same n, both splits of
+/// the same rows x cols); only then is any file read in full. So files
+/// that disagree cost their headers, whatever size the images claim.
 mnist_dataset load_mnist(const std::filesystem::path& directory);
 
 } // namespace lockstep

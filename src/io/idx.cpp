@@ -310,7 +310,16 @@ void grow_elements(std::vector<std::uint8_t>& data, std::uint64_t size, std::uin
   }
 }
 
-idx_array parse(idx_stream& in, std::string_view source) {
+/// What an IDX header declares, checked against what its bytes can hold.
+struct idx_declared {
+  shape_t dims;
+  std::uint64_t count = 0; // element bytes: the product of `dims`
+};
+
+/// Reads and checks the header at the start of `in`: the magic, the type,
+/// the dimensions, and (by `check_declared`) that the bytes after it can
+/// hold the elements it declares. Nothing is allocated for the elements.
+idx_declared parse_header(idx_stream& in, std::string_view source) {
   unsigned char magic[4];
   const auto got = in.read(magic, sizeof magic);
   if (got < sizeof magic)
@@ -339,7 +348,7 @@ idx_array parse(idx_stream& in, std::string_view source) {
                               + " dimensions need a header of " + std::to_string(header)
                               + " bytes, but the data ends after "
                               + std::to_string(sizeof magic + got_sizes));
-  idx_array out;
+  idx_declared out;
   std::uint64_t count = 1;
   bool overflow = false;
   for (std::size_t d = 0; d < rank; ++d) {
@@ -355,6 +364,15 @@ idx_array parse(idx_stream& in, std::string_view source) {
   // Nothing is allocated for the elements before the declared size is
   // checked against what the bytes can hold.
   in.check_declared(count, header, out.dims, source);
+  out.count = count;
+  return out;
+}
+
+idx_array parse(idx_stream& in, std::string_view source) {
+  const auto declared = parse_header(in, source);
+  const auto count = declared.count;
+  idx_array out;
+  out.dims = declared.dims;
   std::uint64_t filled = 0;
   std::uint64_t capacity = in.first_buffer(count);
   for (;;) {
@@ -382,11 +400,13 @@ idx_array parse(idx_stream& in, std::string_view source) {
   return out;
 }
 
-/// Parses the IDX data in `bytes`: gzip if they start with gzip's magic
-/// (required when `gzip_name`), else plain. A std::bad_alloc not already
-/// reported with the bytes it needed becomes a resource_error naming
-/// `source`.
-idx_array parse_bytes(const byte_source& bytes, std::string_view source, bool gzip_name) {
+/// Runs `action` on the IDX stream of `bytes`: inflated if they start with
+/// gzip's magic (required when `gzip_name`), else plain. A std::bad_alloc
+/// not already reported with the bytes it needed becomes a resource_error
+/// naming `source`.
+template <class Action>
+auto with_stream(const byte_source& bytes, std::string_view source, bool gzip_name,
+                 Action action) {
   try {
     unsigned char first[2];
     const auto n = bytes.read_at(0, first, sizeof first);
@@ -400,13 +420,30 @@ idx_array parse_bytes(const byte_source& bytes, std::string_view source, bool gz
     }
     if (gzip) {
       gzip_stream in{bytes, source};
-      return parse(in, source);
+      return action(in);
     }
     plain_stream in{bytes};
-    return parse(in, source);
+    return action(in);
   } catch (const std::bad_alloc&) {
     throw resource_error(std::string(source) + ": out of memory while reading it");
   }
+}
+
+/// Parses the IDX data in `bytes` (see with_stream).
+idx_array parse_bytes(const byte_source& bytes, std::string_view source, bool gzip_name) {
+  return with_stream(bytes, source, gzip_name, [&](idx_stream& in) { return parse(in, source); });
+}
+
+/// The dimensions that the IDX file at `path` declares, checked as
+/// read_idx checks them before it allocates anything for the elements
+/// (against the file's size, or what its gzip stream can hold); only the
+/// header is read, or inflated.
+shape_t declared_dims(const std::filesystem::path& path) {
+  const auto file = detail::regular_file::open(path);
+  const file_source bytes{file};
+  const auto source = in_quotes(path);
+  return with_stream(bytes, source, path.extension() == ".gz",
+                     [&](idx_stream& in) { return parse_header(in, source).dims; });
 }
 
 /// `base`.gz if it exists, else `base`; io_error naming both if neither does.
@@ -422,12 +459,6 @@ std::filesystem::path find_idx_file(const std::filesystem::path& directory, cons
                  + " exists");
 }
 
-struct loaded_split {
-  mnist_split split;
-  std::int64_t rows;
-  std::int64_t cols;
-};
-
 /// `convert(x)`, with running out of memory reported as a resource_error
 /// naming `path` and the bytes the tensor needs.
 template <class Convert>
@@ -442,27 +473,55 @@ tensor converted(const idx_array& x, const std::filesystem::path& path, std::siz
   }
 }
 
-loaded_split load_split(const std::filesystem::path& directory, const char* images_base,
+/// The two files of one split, what their headers declare checked against
+/// each other.
+struct split_files {
+  std::filesystem::path images;
+  std::filesystem::path labels;
+  shape_t image_dims; // [n, rows, cols]
+};
+
+/// Finds the files of one split and checks their headers before anything
+/// is inflated past them: images [n, rows, cols] and labels [n] with the
+/// same n, each no more than its file can hold. So a header that promises
+/// a gigabyte of images costs nothing when the labels disagree with it.
+split_files check_split(const std::filesystem::path& directory, const char* images_base,
                         const char* labels_base) {
-  const auto images_path = find_idx_file(directory, images_base);
-  const auto labels_path = find_idx_file(directory, labels_base);
-  const auto images = read_idx(images_path);
-  const auto labels = read_idx(labels_path);
-  if (images.dims.size() != 3)
-    throw data_loss_error(in_quotes(images_path) + ": images need 3 dimensions [n, rows, cols], not "
-                          + dims_string(images.dims));
-  if (labels.dims.size() != 1)
-    throw data_loss_error(in_quotes(labels_path) + ": labels need 1 dimension [n], not "
-                          + dims_string(labels.dims));
-  if (images.dims[0] != labels.dims[0])
-    throw data_loss_error("load_mnist: " + in_quotes(images_path) + " has "
-                          + std::to_string(images.dims[0]) + " images but " + in_quotes(labels_path)
-                          + " has " + std::to_string(labels.dims[0]) + " labels");
-  return {{converted(images, images_path, sizeof(float), "float32 pixels", idx_images_to_tensor),
-           converted(labels, labels_path, sizeof(std::int64_t), "int64 labels",
-                     idx_labels_to_tensor)},
-          images.dims[1],
-          images.dims[2]};
+  split_files files{find_idx_file(directory, images_base), find_idx_file(directory, labels_base),
+                    {}};
+  files.image_dims = declared_dims(files.images);
+  if (files.image_dims.size() != 3)
+    throw data_loss_error(in_quotes(files.images) + ": images need 3 dimensions [n, rows, cols], not "
+                          + dims_string(files.image_dims));
+  const auto label_dims = declared_dims(files.labels);
+  if (label_dims.size() != 1)
+    throw data_loss_error(in_quotes(files.labels) + ": labels need 1 dimension [n], not "
+                          + dims_string(label_dims));
+  if (files.image_dims[0] != label_dims[0])
+    throw data_loss_error("load_mnist: " + in_quotes(files.images) + " has "
+                          + std::to_string(files.image_dims[0]) + " images but "
+                          + in_quotes(files.labels) + " has " + std::to_string(label_dims[0])
+                          + " labels");
+  return files;
+}
+
+/// Reads the files of a split that check_split accepted.
+mnist_split read_split(const split_files& files) {
+  const auto images = read_idx(files.images);
+  const auto labels = read_idx(files.labels);
+  // A file replaced since its header was checked.
+  const auto check_unchanged = [](const std::filesystem::path& path, const shape_t& checked,
+                                  const shape_t& read) {
+    if (read != checked)
+      throw data_loss_error("load_mnist: " + in_quotes(path) + " declared the dimensions "
+                            + dims_string(checked) + " when it was checked but "
+                            + dims_string(read) + " when it was read: it changed meanwhile");
+  };
+  check_unchanged(files.images, files.image_dims, images.dims);
+  check_unchanged(files.labels, shape_t{files.image_dims[0]}, labels.dims);
+  return {converted(images, files.images, sizeof(float), "float32 pixels", idx_images_to_tensor),
+          converted(labels, files.labels, sizeof(std::int64_t), "int64 labels",
+                    idx_labels_to_tensor)};
 }
 
 } // namespace
@@ -520,14 +579,20 @@ tensor idx_labels_to_tensor(const idx_array& labels) {
 }
 
 mnist_dataset load_mnist(const std::filesystem::path& directory) {
-  auto train = load_split(directory, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
-  auto test = load_split(directory, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
-  if (train.rows != test.rows || train.cols != test.cols)
+  // Every header of the four files is checked, alone and against the
+  // others, before any file is read in full.
+  const auto train = check_split(directory, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
+  const auto test = check_split(directory, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
+  const auto rows = train.image_dims[1];
+  const auto cols = train.image_dims[2];
+  if (rows != test.image_dims[1] || cols != test.image_dims[2])
     throw data_loss_error("load_mnist: the training images in " + in_quotes(directory) + " are "
-                          + std::to_string(train.rows) + "x" + std::to_string(train.cols)
-                          + " but the test images are " + std::to_string(test.rows) + "x"
-                          + std::to_string(test.cols));
-  return {std::move(train.split), std::move(test.split), train.rows, train.cols};
+                          + std::to_string(rows) + "x" + std::to_string(cols)
+                          + " but the test images are " + std::to_string(test.image_dims[1]) + "x"
+                          + std::to_string(test.image_dims[2]));
+  auto train_split = read_split(train);
+  auto test_split = read_split(test);
+  return {std::move(train_split), std::move(test_split), rows, cols};
 }
 
 } // namespace lockstep

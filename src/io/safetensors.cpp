@@ -36,6 +36,17 @@ constexpr std::string_view metadata_key = "__metadata__";
 // The reference implementation's limit; real headers are a few MB at most.
 constexpr std::uint64_t max_header_length = 100'000'000;
 
+// The format's nesting: the header object, an entry (or "__metadata__")
+// object in it, and an entry's "shape" and "data_offsets" arrays.
+constexpr std::size_t max_header_depth = 3;
+
+// The JSON keys and values a header may hold: a tensor's entry takes about
+// 14 (its name, three keys and their values, its shape's dimensions, two
+// offsets, its checksum's key and value), so some 70,000 tensors. The
+// parsed tree costs up to about 140 bytes for each (a map node with its
+// key), so at most about 150 MB, whatever the header's length.
+constexpr std::size_t max_header_items = std::size_t{1} << 20;
+
 // tensor's own limit, so a shape accepted here always makes a tensor.
 constexpr std::int64_t max_elements = std::numeric_limits<std::int64_t>::max() / 8;
 
@@ -321,6 +332,51 @@ void read_tensor_bytes(const regular_file& file, std::uint64_t offset, char* int
                                    + std::to_string(file.size()) + " bytes)");
 }
 
+// Refuses, before it is parsed, a header whose JSON nests deeper than the
+// format does or holds more keys and values than max_header_items: the
+// parsed tree of "[[[[..." costs dozens of bytes for each byte of text,
+// and that of 80 MB of `"k":"",` about 1.7 GB. A linear scan that
+// allocates nothing; strings (with their escapes) are skipped. Each key
+// and each value but an array's or object's first is preceded by a ',' or
+// ':', and each array or object opens with a '[' or '{': counting those
+// counts the keys and values.
+void check_structure(std::string_view header_text, const decode_errors& errors) {
+  std::size_t depth = 0;
+  std::size_t items = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < header_text.size(); ++i) {
+    const char c = header_text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i; // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      if (++depth > max_header_depth)
+        throw errors.corrupt("the header's JSON nests deeper than the "
+                             + std::to_string(max_header_depth)
+                             + " levels of the format (the header object, a tensor's entry, "
+                               "its \"shape\" or \"data_offsets\" array): level "
+                             + std::to_string(depth) + " opens at byte " + std::to_string(i));
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+      continue;
+    } else if (c != ',' && c != ':') {
+      continue;
+    }
+    if (++items > max_header_items)
+      throw errors.corrupt("the header's JSON holds more than " + std::to_string(max_header_items)
+                           + " keys and values (some 70,000 tensors), the most lockstep parses: "
+                             "the limit is passed at byte " + std::to_string(i));
+  }
+}
+
 // -- the header checksum ------------------------------------------------------
 
 // The text that opens the header checksum's value in a header lockstep wrote
@@ -493,6 +549,7 @@ safetensors_header decode_safetensors_header(std::string_view prefix, std::uint6
                         + std::to_string(header_text.size()) + " bytes): ";
   if (auto nul = header_text.find('\0'); nul != std::string_view::npos)
     throw errors.corrupt(not_json + "it holds a NUL byte at offset " + std::to_string(nul));
+  check_structure(header_text, errors);
   json header;
   try {
     header = json::parse(header_text);
