@@ -137,6 +137,32 @@ TEST_CASE("a worker killed or frozen inside an all-reduce, at each phase: every 
     }
 }
 
+TEST_CASE("a frozen worker, continued after the others dropped it, says that it was cut off") {
+  temp_folder folder;
+  auto processes = start_cluster(folder, {1, 1, 1}, {"lost", "freeze"});
+  auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
+  wait_all(survivors, 60s); // past the peer timeout: they dropped the frozen worker
+  require_all_ok(survivors, "ok lost");
+  auto frozen = std::vector<process>{processes.back()};
+  REQUIRE(::kill(frozen[0].pid, SIGCONT) == 0);
+  wait_all(frozen, 30s);
+  require_all_ok(frozen, "ok cut off");
+}
+
+TEST_CASE("a collective that 1 of 3 workers issues times out there, naming it and every worker "
+          "that did not reach it") {
+  for (const int local : {1, 2})
+    for (const std::string launcher : {"0", "2"}) {
+      CAPTURE(local);
+      CAPTURE(launcher);
+      temp_folder folder;
+      auto processes = start_cluster(folder, {local, local, local}, {"skipped", launcher});
+      wait_all(processes, 60s);
+      require_all_ok(processes, "ok skipped");
+      MESSAGE(processes[std::stoul(launcher)].text()); // how long after the timeout (docs)
+    }
+}
+
 TEST_CASE("a worker with another replica count is refused naming the field") {
   temp_folder folder;
   auto processes = start_cluster(folder, {1, 2}, {"refused"});
