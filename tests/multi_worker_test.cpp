@@ -147,6 +147,7 @@ TEST_CASE("a frozen worker, continued after the others dropped it, says that it 
   REQUIRE(::kill(frozen[0].pid, SIGCONT) == 0);
   wait_all(frozen, 30s);
   require_all_ok(frozen, "ok cut off");
+  MESSAGE(frozen[0].text()); // what it said (docs/reliability.md)
 }
 
 TEST_CASE("a collective that 1 of 3 workers issues times out there, naming it and every worker "
