@@ -188,8 +188,7 @@ error_value tcp_ring_communicator::explain_timeout(const collective_fingerprint&
     parts.push_back(workers(missing) + " did not reach it ("
                     + joined_list(where, items_in_errors, missing.size()) + ")");
   if (!silent.empty())
-    parts.push_back(workers(silent)
-                    + " did not answer whether they reached it (frozen, or unreachable)");
+    parts.push_back(workers(silent) + " did not answer in time (frozen, or unreachable)");
   if (parts.empty())
     parts.push_back("every worker reached it, and its data stalled");
   for (std::size_t i = 0; i < parts.size(); ++i)
