@@ -164,6 +164,14 @@ TEST_CASE("a collective that 1 of 3 workers issues times out there, naming it an
     }
 }
 
+TEST_CASE("a collective that 2 of 3 workers issue times out on both, each naming the worker "
+          "that did not reach it") {
+  temp_folder folder;
+  auto processes = start_cluster(folder, {2, 2, 2}, {"skipped", "1,2"});
+  wait_all(processes, 60s);
+  require_all_ok(processes, "ok skipped");
+}
+
 TEST_CASE("a worker with another replica count is refused naming the field") {
   temp_folder folder;
   auto processes = start_cluster(folder, {1, 2}, {"refused"});

@@ -21,13 +21,14 @@
 //                 with `stop`; once the test continues it (SIGCONT), after
 //                 the others dropped it, its collective raises
 //                 peer_lost_error saying that this worker was cut off
-//   skipped R     worker R alone issues an all_reduce with a 1 s timeout
+//   skipped R[,R...]  workers R issue an all_reduce with a 1 s timeout
 //                 (communication_options, TF's CommunicationOptions
-//                 timeout_seconds): it raises timeout_error naming that
-//                 all_reduce as the user counts it and every other worker
-//                 as not having reached it, and prints how long after the
-//                 timeout it came; the others issue nothing for 4 s, then
-//                 their next collective raises that timeout too
+//                 timeout_seconds), the others do not: each R raises
+//                 timeout_error naming that all_reduce as the user counts
+//                 it and every other worker as not having reached it, and
+//                 prints how long after the timeout it came; the others
+//                 issue nothing for 4 s, then their next collective raises
+//                 that timeout too
 //   refused [WHY] (worker 1 is given other replicas per worker, or
 //                 another world size) worker 1 is refused with an error
 //                 that holds WHY (default "local replicas"); the
@@ -411,18 +412,26 @@ void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
   std::printf("ok lost\n");
 }
 
-/// Worker `launcher` alone issues an all_reduce with a 1 s timeout, after
-/// one that every worker issues (so it is the user's second collective
-/// between the workers): it must raise timeout_error naming that
-/// all_reduce (#2, its op, dtype and shape) and every other worker as one
+/// The workers of `launchers` (ranks separated by commas) issue an
+/// all_reduce with a 1 s timeout, after one that every worker issues (so it
+/// is the user's second collective between the workers); the others do
+/// not. Each launcher must raise timeout_error naming that all_reduce (#2,
+/// its op, dtype and shape), a launcher as the worker it timed out on (the
+/// first to time out passes its error on), and every other worker as one
 /// that did not reach it, and nothing internal (the fan-out broadcast of
-/// the replicas, the replica group's numbering). It prints how long after
-/// the timeout the error came (docs/reliability.md; never asserted). The
-/// others issue nothing for 4 s, then their next collective raises
+/// the replicas, the replica group's numbering). A launcher prints how long
+/// after the timeout its error came (docs/reliability.md; never asserted).
+/// The others issue nothing for 4 s, then their next collective raises
 /// timeout_error naming the same timeout.
-void skipped(multi_worker_mirrored_strategy& s, std::size_t launcher) {
+void skipped(multi_worker_mirrored_strategy& s, const std::string& launchers) {
   const auto workers = s.cluster().world_size;
   const auto rank = rank_of(s);
+  std::vector<bool> launches(workers, false);
+  for (std::size_t at = 0; at < launchers.size(); at = launchers.find(',', at) + 1) {
+    launches.at(std::stoul(launchers.substr(at))) = true;
+    if (launchers.find(',', at) == std::string::npos)
+      break;
+  }
   const auto sum = [&](std::optional<std::chrono::milliseconds> timeout) {
     return s.run([&](replica_context& ctx) {
       communication_options options;
@@ -432,25 +441,34 @@ void skipped(multi_worker_mirrored_strategy& s, std::size_t launcher) {
     });
   };
   sum(std::nullopt);
-  std::string others;
-  for (std::size_t r = 0, named = 0; r < workers; ++r)
-    if (r != launcher)
-      others += (named++ == 0 ? "" : ", ") + std::to_string(r);
+  std::vector<std::size_t> others;
+  std::string listed;
+  for (std::size_t r = 0; r < workers; ++r)
+    if (!launches[r]) {
+      listed += (others.empty() ? "" : ", ") + std::to_string(r);
+      others.push_back(r);
+    }
   const auto check_text = [&](const std::string& text) {
     for (const auto& part : {std::string("all_reduce #2 "), std::string("sum float32 [4]"),
-                             "on worker " + std::to_string(launcher),
-                             "workers " + others + " did not reach it"})
+                             (others.size() == 1 ? "worker " : "workers ") + listed
+                               + " did not reach it"})
       require(text.find(part) != std::string::npos, "the timeout says '" + part + "': " + text);
+    bool on_a_launcher = false;
+    for (std::size_t r = 0; r < workers; ++r)
+      on_a_launcher = on_a_launcher
+                      || (launches[r]
+                          && text.find("timed out on worker " + std::to_string(r) + " ")
+                               != std::string::npos);
+    require(on_a_launcher, "the timeout names a worker that issued the all_reduce: " + text);
     for (const auto* internal : {"broadcast", "#1048", "#2097"})
       require(text.find(internal) == std::string::npos,
               std::string("the timeout names nothing internal ('") + internal + "'): " + text);
   };
-  if (rank == launcher) {
+  if (launches[rank]) {
     const auto start = std::chrono::steady_clock::now();
     try {
       sum(1s);
-      throw std::runtime_error("an all_reduce that only worker " + std::to_string(launcher)
-                               + " issued succeeded");
+      throw std::runtime_error("an all_reduce that only workers " + launchers + " issued succeeded");
     } catch (const timeout_error& e) {
       const auto after = std::chrono::steady_clock::now() - start - 1s;
       std::printf("timed out %lld ms after the timeout: %s\n",
@@ -593,7 +611,7 @@ int main(int argc, char** argv) {
     else if (scenario == "checkpoints" && args.size() > 1)
       checkpoints(s, args[1]);
     else if (scenario == "skipped" && args.size() > 1)
-      skipped(s, std::stoul(args[1]));
+      skipped(s, args[1]);
     else if (scenario == "lost" && args.size() > 2)
       lost_in_phase(s, args[2]);
     else if (scenario == "lost" && args.size() > 1)
