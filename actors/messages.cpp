@@ -16,6 +16,7 @@ void register_messages(caf::actor_system_config& config) {
     .add_message_type<heartbeat>("lockstep.heartbeat")
     .add_message_type<collective_control>("lockstep.collective_control")
     .add_message_type<collective_abort>("lockstep.collective_abort")
+    .add_message_type<collective_progress>("lockstep.collective_progress")
     .add_message_type<variable_created>("lockstep.variable_created");
 }
 

@@ -104,6 +104,15 @@ struct link_failure {
 /// The node actor's own beat, and the request that stops it.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+/// To the node actor: (progress_atom, seq) asks which collective between
+/// the workers each worker reached (a collective_progress answers);
+/// (answer_atom, asker, seq) is the coordinator's own deadline for the
+/// answers to that question; (abort_atom, error_value) tells it that a
+/// collective of this worker failed so that the group is broken (the
+/// node tells the others).
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using answer_atom = caf::atom_constant<caf::atom("answer")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
 
 // == serialisable =================================================================
 
@@ -194,6 +203,11 @@ typename Inspector::result_type inspect(Inspector& f, collective_control& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, collective_abort& x) {
   return f(caf::meta::type_name("collective_abort"), x.rank, x.generation, x.seq, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, collective_progress& x) {
+  return f(caf::meta::type_name("collective_progress"), x.asker, x.generation, x.seq, x.reached);
 }
 
 template <class Inspector>

@@ -1,19 +1,36 @@
 #pragma once
 
 // node_actor: this process's node in a multi-worker job, on the control
-// plane: it detects lost peers. control_links (src/node) delivers it the
-// messages its peers send (heartbeat, collective_abort: the wire types of
-// actors/wire_messages.hpp) and the failures of their connections; it
-// posts its own through control_links.
+// plane: it detects lost peers, and finds out which collective each worker
+// reached when one times out. control_links (src/node) delivers it the
+// messages its peers send (heartbeat, collective_abort,
+// collective_progress: the wire types of actors/wire_messages.hpp) and the
+// failures of their connections; it posts its own through control_links.
 //
 //   receives  heartbeat          a peer is alive (sequence 0: it left in
 //                                good order and is not lost)
-//             collective_abort   from the coordinator, sequence 0: the
-//                                group is broken (it names the lost rank)
+//             collective_abort   the group is broken (from the coordinator:
+//                                it names the lost rank or the collective
+//                                that timed out; from a worker, to the
+//                                coordinator: that worker's collective
+//                                timed out, which it passes on)
+//             collective_progress  a question, an answer or the collected
+//                                answers (wire_messages.hpp)
 //             link_failure       a peer's connection closed or failed
 //             tick_atom          its own, every heartbeat interval: sends
 //                                heartbeats, checks each peer's silence
-//                                against peer_timeout
+//                                against peer_timeout, and its own: a node
+//                                that itself did not run for peer_timeout
+//                                (a stopped or frozen process) was cut off
+//             progress_atom, seq  the ring, when collective `seq` passed
+//                                its deadline here: replies with a
+//                                collective_progress, every worker's
+//                                last started collective by rank
+//             answer_atom, asker, seq  its own: the coordinator's wait for
+//                                the answers to a question is over
+//             abort_atom, error  the ring: a collective of this worker
+//                                timed out, which breaks the group; the
+//                                node tells the others
 //             stop_atom          says goodbye to the peers still there when
 //                                the group is whole, replies whether it
 //                                was, then quits (the node's destructor
@@ -21,9 +38,10 @@
 // (the local ones, link_failure and the atoms, are in actors/messages.hpp)
 //
 // On the first loss it logs it, tells the other workers when it is the
-// coordinator (a collective_abort, sequence 0, with a peer_lost_error), and
-// calls `on_lost` once, on its own thread: the node breaks its ring there,
-// so that every pending and later collective raises peer_lost_error.
+// coordinator (a collective_abort, sequence 0, with a peer_lost_error; the
+// lost worker itself, should it still read, hears that it was cut off),
+// and calls `on_lost` once, on its own thread: the node breaks its ring
+// there, so that every pending and later collective raises that error.
 
 #include "actors/wire_messages.hpp"
 
@@ -44,10 +62,18 @@ struct node_actor_settings {
   std::vector<std::uint32_t> peers;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds peer_timeout{10000};
-  /// Sends a heartbeat or an abort to one peer.
+  /// How long the coordinator waits for the workers' answers to a
+  /// progress question before it answers with what it has.
+  std::chrono::milliseconds progress_wait{500};
+  /// Sends a heartbeat, an abort or a progress message to one peer.
   std::function<void(std::uint32_t peer, const control_post&)> send;
-  /// Runs once, with the reason ("worker 2 was lost: ...").
-  std::function<void(const std::string&)> on_lost;
+  /// The last collective between the workers this worker started (0 for
+  /// none), for progress questions; null: 0.
+  std::function<std::uint64_t()> reached;
+  /// Runs once, with the error every later collective raises
+  /// (peer_lost_error "worker 2 was lost: ...", or the timeout_error of a
+  /// collective that timed out).
+  std::function<void(const error_value&)> on_lost;
 };
 
 /// Spawns a node actor (detached: its sends may wait for a slow peer).

@@ -188,9 +188,30 @@ struct collective_abort {
   friend bool operator==(const collective_abort&, const collective_abort&) = default;
 };
 
+/// "Which collective between the workers has each worker reached?", asked
+/// when collective `seq` passed its deadline on worker `asker`, so that its
+/// timeout_error names every worker that never reached it. One message for
+/// the three legs of the exchange over the star of control connections:
+///   asker -> coordinator, coordinator -> every worker: the question
+///     (`reached` empty);
+///   worker -> coordinator: its answer (`reached` holds one number, the
+///     last collective between the workers it started, 0 for none);
+///   coordinator -> asker: every worker's answer, by rank (`no_answer`
+///     for a worker that did not answer in time).
+struct collective_progress {
+  static constexpr std::uint64_t no_answer = ~std::uint64_t{0};
+
+  std::uint32_t asker = 0;
+  std::uint64_t generation = 0;
+  std::uint64_t seq = 0;
+  std::vector<std::uint64_t> reached;
+
+  friend bool operator==(const collective_progress&, const collective_progress&) = default;
+};
+
 /// What a node sends a peer on its control connection: a heartbeat
-/// (sequence 0: a goodbye) or an abort.
-using control_post = std::variant<heartbeat, collective_abort>;
+/// (sequence 0: a goodbye), an abort, or a progress question or answer.
+using control_post = std::variant<heartbeat, collective_abort, collective_progress>;
 
 // -- variables ----------------------------------------------------------------------
 

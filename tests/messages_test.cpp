@@ -323,6 +323,11 @@ TEST_CASE("wire messages round-trip through CAF's binary serializer") {
                                   {c.kind, "collective #9 failed: " + non_ascii, c.type_name}});
     round_trip(collective_abort{0, 0, 1, {error_kind::unknown, "", ""}});
   }
+  SUBCASE("collective_progress: a question, an answer and every worker's answers") {
+    round_trip(collective_progress{});
+    round_trip(collective_progress{u32_max, u64_max, u64_max, {u64_max}});
+    round_trip(collective_progress{2, 0, 8, {7, 0, collective_progress::no_answer, 8}});
+  }
   SUBCASE("variable_created, for every dtype, synchronization and aggregation") {
     round_trip(variable_created{});
     round_trip(sample_variable_created());
@@ -371,6 +376,7 @@ TEST_CASE("a truncated byte buffer fails to deserialise with an error") {
   check_truncations(heartbeat{1, 2, 3, 4});
   check_truncations(to_collective_control(sample_fingerprint(dtype::f64), 1, 2));
   check_truncations(collective_abort{1, 2, 3, {error_kind::timeout_error, non_ascii, "t"}});
+  check_truncations(collective_progress{1, 2, 3, {4, 5}});
   check_truncations(sample_variable_created());
   check_truncations(error_value{error_kind::io_error, "open failed", "lockstep::io_error"});
   // No bytes at all.
@@ -580,6 +586,7 @@ TEST_CASE("register_messages makes every serialisable message known to an actor 
   check_registered<heartbeat>(system, "lockstep.heartbeat");
   check_registered<collective_control>(system, "lockstep.collective_control");
   check_registered<collective_abort>(system, "lockstep.collective_abort");
+  check_registered<collective_progress>(system, "lockstep.collective_progress");
   check_registered<variable_created>(system, "lockstep.variable_created");
   check_local_only<run_message>(system);
   check_local_only<replica_result>(system);

@@ -196,6 +196,41 @@ TEST_CASE("a worker killed or frozen inside an all-reduce, at each phase: every 
     }
 }
 
+TEST_CASE("a frozen worker, continued after the others dropped it, says that it was cut off") {
+  temp_folder folder;
+  auto processes = start_cluster(folder, {1, 1, 1}, {"lost", "freeze"});
+  auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
+  wait_all(survivors, 60s); // past the peer timeout: they dropped the frozen worker
+  require_all_ok(survivors, "ok lost");
+  auto frozen = std::vector<process>{processes.back()};
+  REQUIRE(::kill(frozen[0].pid, SIGCONT) == 0);
+  wait_all(frozen, 30s);
+  require_all_ok(frozen, "ok cut off");
+  MESSAGE(frozen[0].text()); // what it said (docs/reliability.md)
+}
+
+TEST_CASE("a collective that 1 of 3 workers issues times out there, naming it and every worker "
+          "that did not reach it") {
+  for (const int local : {1, 2})
+    for (const std::string launcher : {"0", "2"}) {
+      CAPTURE(local);
+      CAPTURE(launcher);
+      temp_folder folder;
+      auto processes = start_cluster(folder, {local, local, local}, {"skipped", launcher});
+      wait_all(processes, 60s);
+      require_all_ok(processes, "ok skipped");
+      MESSAGE(processes[std::stoul(launcher)].text()); // how long after the timeout (docs)
+    }
+}
+
+TEST_CASE("a collective that 2 of 3 workers issue times out on both, each naming the worker "
+          "that did not reach it") {
+  temp_folder folder;
+  auto processes = start_cluster(folder, {2, 2, 2}, {"skipped", "1,2"});
+  wait_all(processes, 60s);
+  require_all_ok(processes, "ok skipped");
+}
+
 TEST_CASE("a worker with another replica count fails the join on every worker, naming both") {
   temp_folder folder;
   auto processes = start_cluster(folder, {1, 2}, {"refused"});

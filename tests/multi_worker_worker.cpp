@@ -17,6 +17,18 @@
 //                 naming it
 //   lost kill|stop PHASE  the same inside an all-reduce, at PHASE (the
 //                 test sets LOCKSTEP_FAULT in the last worker's environment)
+//   lost freeze   the last worker freezes (SIGSTOP) before a collective as
+//                 with `stop`; once the test continues it (SIGCONT), after
+//                 the others dropped it, its collective raises
+//                 peer_lost_error saying that this worker was cut off
+//   skipped R[,R...]  workers R issue an all_reduce with a 1 s timeout
+//                 (communication_options, TF's CommunicationOptions
+//                 timeout_seconds), the others do not: each R raises
+//                 timeout_error naming that all_reduce as the user counts
+//                 it and every other worker as not having reached it, and
+//                 prints how long after the timeout it came; the others
+//                 issue nothing for 4 s, then their next collective raises
+//                 that timeout too
 //   refused [WHY] (worker 1 is given other replicas per worker, or
 //                 another world size) the join fails with a value_error
 //                 that holds WHY (default "replicas per worker"): on every
@@ -47,8 +59,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace lockstep;
@@ -372,7 +386,22 @@ void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
   if (rank_of(s) == last) {
     std::fflush(stdout);
     std::raise(how == "kill" ? SIGKILL : SIGSTOP);
-    std::_Exit(4); // a stopped worker is killed by the test
+    if (how != "freeze")
+      std::_Exit(4); // a stopped worker is killed by the test
+    // Continued by the test once the others dropped this worker.
+    try {
+      sum_once();
+      throw std::runtime_error("an all_reduce of a worker cut off from the job succeeded");
+    } catch (const peer_lost_error& e) {
+      const std::string text = e.what();
+      const auto self = "this worker (rank " + std::to_string(last) + ") was cut off from the job";
+      require(text.find(self) != std::string::npos, "the error says '" + self + "': " + text);
+      require(text.find("worker " + std::to_string(last) + " was lost") == std::string::npos,
+              "the error does not call this worker lost: " + text);
+      std::printf("cut off: %s\n", e.what());
+    }
+    std::printf("ok cut off\n");
+    return;
   }
   try {
     sum_once();
@@ -389,6 +418,84 @@ void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
   } catch (const peer_lost_error&) {
   }
   std::printf("ok lost\n");
+}
+
+/// The workers of `launchers` (ranks separated by commas) issue an
+/// all_reduce with a 1 s timeout, after one that every worker issues (so it
+/// is the user's second collective between the workers); the others do
+/// not. Each launcher must raise timeout_error naming that all_reduce (#2,
+/// its op, dtype and shape), a launcher as the worker it timed out on (the
+/// first to time out passes its error on), and every other worker as one
+/// that did not reach it, and nothing internal (the fan-out broadcast of
+/// the replicas, the replica group's numbering). A launcher prints how long
+/// after the timeout its error came (docs/reliability.md; never asserted).
+/// The others issue nothing for 4 s, then their next collective raises
+/// timeout_error naming the same timeout.
+void skipped(multi_worker_mirrored_strategy& s, const std::string& launchers) {
+  const auto workers = s.cluster().world_size;
+  const auto rank = rank_of(s);
+  std::vector<bool> launches(workers, false);
+  for (std::size_t at = 0; at < launchers.size(); at = launchers.find(',', at) + 1) {
+    launches.at(std::stoul(launchers.substr(at))) = true;
+    if (launchers.find(',', at) == std::string::npos)
+      break;
+  }
+  const auto sum = [&](std::optional<std::chrono::milliseconds> timeout) {
+    return s.run([&](replica_context& ctx) {
+      communication_options options;
+      options.timeout = timeout;
+      return ctx.all_reduce(reduce_op::sum, tensor::filled(dtype::f32, {4}, 1.0, current_device()),
+                            options);
+    });
+  };
+  sum(std::nullopt);
+  std::vector<std::size_t> others;
+  std::string listed;
+  for (std::size_t r = 0; r < workers; ++r)
+    if (!launches[r]) {
+      listed += (others.empty() ? "" : ", ") + std::to_string(r);
+      others.push_back(r);
+    }
+  const auto check_text = [&](const std::string& text) {
+    for (const auto& part : {std::string("all_reduce #2 "), std::string("sum float32 [4]"),
+                             (others.size() == 1 ? "worker " : "workers ") + listed
+                               + " did not reach it"})
+      require(text.find(part) != std::string::npos, "the timeout says '" + part + "': " + text);
+    bool on_a_launcher = false;
+    for (std::size_t r = 0; r < workers; ++r)
+      on_a_launcher = on_a_launcher
+                      || (launches[r]
+                          && text.find("timed out on worker " + std::to_string(r) + " ")
+                               != std::string::npos);
+    require(on_a_launcher, "the timeout names a worker that issued the all_reduce: " + text);
+    for (const auto* internal : {"broadcast", "#1048", "#2097"})
+      require(text.find(internal) == std::string::npos,
+              std::string("the timeout names nothing internal ('") + internal + "'): " + text);
+  };
+  if (launches[rank]) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      sum(1s);
+      throw std::runtime_error("an all_reduce that only workers " + launchers + " issued succeeded");
+    } catch (const timeout_error& e) {
+      const auto after = std::chrono::steady_clock::now() - start - 1s;
+      std::printf("timed out %lld ms after the timeout: %s\n",
+                  static_cast<long long>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(after).count()),
+                  e.what());
+      check_text(e.what());
+    }
+  } else {
+    std::this_thread::sleep_for(4s);
+    try {
+      sum(std::nullopt);
+      throw std::runtime_error("an all_reduce after a timeout succeeded");
+    } catch (const timeout_error& e) {
+      std::printf("after the timeout: %s\n", e.what());
+      check_text(e.what());
+    }
+  }
+  std::printf("ok skipped\n");
 }
 
 /// True when `text` holds `part`.
@@ -568,6 +675,8 @@ int main(int argc, char** argv) {
       devices(s);
     else if (scenario == "checkpoints" && args.size() > 1)
       checkpoints(s, args[1]);
+    else if (scenario == "skipped" && args.size() > 1)
+      skipped(s, args[1]);
     else if (scenario == "lost" && args.size() > 2)
       lost_in_phase(s, args[2]);
     else if (scenario == "lost" && args.size() > 1)

@@ -152,6 +152,59 @@ TEST_CASE("a lost worker: the others get peer_lost_error now and in every later 
   CHECK(contains(c.leaders[0]->session().dump(), "sum float32 [1000]: ring broken"));
 }
 
+TEST_CASE("a collective one worker skips times out on the other at its deadline, naming it and "
+          "the worker that did not reach it; the other throws it too") {
+  cluster c;
+  // The node's part, played here: the answer to "which collective did each
+  // worker reach?", and the word passed on to the other worker.
+  c.leaders[0]->explain_timeouts(
+    std::chrono::milliseconds{100},
+    [&](std::uint64_t) {
+      return std::vector<std::uint64_t>{c.leaders[0]->reached(), c.leaders[1]->reached()};
+    },
+    [&](const error_value& why) { c.leaders[1]->break_ring(why); });
+  std::vector<std::exception_ptr> errors(replicas);
+  std::vector<std::thread> threads;
+  for (std::size_t g = 0; g < replicas; ++g)
+    threads.emplace_back([&, g] {
+      try {
+        std::vector<tensor> data{filled(g, 1000, g)};
+        collective_options options;
+        options.timeout = std::chrono::milliseconds{300};
+        c.by_worker[0]->all_reduce(g, reduce_op::sum, data, data, options);
+      } catch (...) {
+        errors[g] = std::current_exception();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  const std::string expected =
+    "all_reduce #1 between the workers (sum float32 [1000]) timed out on worker 0 after 300 ms "
+    "(its timeout): worker 1 did not reach it (worker 1 has issued none)";
+  // Both replicas of worker 0 throw the leaders' timeout, not their fan-out's.
+  for (const auto& e : errors)
+    CHECK(contains(error_of<timeout_error>([&] { std::rethrow_exception(e); }), expected));
+  // Worker 1 comes to it late: the same timeout.
+  std::vector<tensor> late{filled(2, 1000, 0)};
+  CHECK(contains(error_of<timeout_error>([&] {
+          c.leaders[1]->all_reduce(1, reduce_op::sum, late, late, {});
+        }),
+        expected));
+  CHECK(contains(c.leaders[0]->session().dump(), "sum float32 [1000]: timed out"));
+}
+
+TEST_CASE("without the node, a timeout says that the others could not be asked") {
+  cluster c;
+  std::vector<tensor> data{filled(0, 4, 0)};
+  collective_options options;
+  options.timeout = std::chrono::milliseconds{100};
+  const auto message = error_of<timeout_error>(
+    [&] { c.leaders[0]->all_reduce(0, reduce_op::sum, data, data, options); });
+  CHECK(contains(message, "all_reduce #1 between the workers (sum float32 [4]) timed out on "
+                          "worker 0 after 100 ms (its timeout): the other workers could not be "
+                          "asked which collectives they reached; no data came from worker 1"));
+}
+
 TEST_CASE("the flight recorder keeps the last 16 collectives between workers, oldest first") {
   cluster c;
   const auto errors = c.run([](communicator& comm, std::size_t g) {

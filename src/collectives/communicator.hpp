@@ -14,6 +14,7 @@
 // communicator stays usable. A failed collective leaves its outputs
 // unspecified.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -39,6 +40,12 @@ public:
   /// Sequence numbers, cancellation, departures, stall reports and the
   /// flight recorder of the collectives this communicator runs.
   virtual collective_session& session() noexcept = 0;
+
+  /// How long after a collective's deadline this communicator may still
+  /// take to raise its error (a transport between processes asks the other
+  /// workers which of them reached it): a rank that waits for its result
+  /// waits that much longer. 0 unless a transport says otherwise.
+  virtual std::chrono::milliseconds report_delay() const noexcept { return {}; }
 
   /// Reduces `inputs[i]` across the ranks into `outputs[i]` (the same
   /// shapes on every rank; outputs may alias inputs), combining the ranks

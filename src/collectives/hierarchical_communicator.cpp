@@ -4,6 +4,8 @@
 
 #include "lockstep/error.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -43,6 +45,10 @@ collective_session& hierarchical_communicator::session() noexcept {
   return local_->session();
 }
 
+std::chrono::milliseconds hierarchical_communicator::report_delay() const noexcept {
+  return leaders_->report_delay();
+}
+
 std::size_t hierarchical_communicator::local_rank(std::size_t rank, const char* op) const {
   const auto first = group_index_ * local_->size();
   if (rank < first || rank >= first + local_->size())
@@ -66,7 +72,16 @@ void hierarchical_communicator::staged(std::size_t local, std::span<tensor> resu
     local_failure = std::current_exception();
   }
   if (local != 0) {
-    local_->broadcast(local, 0, results, options);
+    // The leader's stage may take the whole timeout and then its report
+    // (report_delay: a timeout between processes names who did not come),
+    // and the leader brings its result or its error here: the other local
+    // ranks wait for that, with as much again (at least 1 s) for the
+    // leader's own scheduling, rather than time out in a fan-out the user
+    // never issued.
+    auto fan_out = options;
+    fan_out.timeout = options.timeout + leaders_->report_delay()
+                      + std::max(options.timeout, std::chrono::milliseconds{1000});
+    local_->broadcast(local, 0, results, fan_out);
     return;
   }
   // The leader meets the other leaders even when its group failed, so

@@ -20,7 +20,10 @@
 // Failures reach every rank of every group: a local stage that fails fails
 // on all local ranks, and the leader still joins the leaders' stage,
 // passing the failure on; a leaders' stage that fails reaches the local
-// ranks through the fan-out. The session is the local one: sequence
+// ranks through the fan-out, for which they wait past the collective's
+// timeout (the leaders' stage's report_delay and a margin), so that the
+// leaders' timeout_error, naming the workers that did not come, is what
+// every local rank throws. The session is the local one: sequence
 // numbers, cancellation and the flight recorder of this group's ranks (the
 // leaders' collectives are in `leaders`' session).
 
@@ -40,6 +43,8 @@ public:
   std::string name() const override;
   std::size_t size() const noexcept override;
   collective_session& session() noexcept override;
+  /// The leaders' stage's: its error reaches every local rank.
+  std::chrono::milliseconds report_delay() const noexcept override;
 
   void all_reduce(std::size_t rank, reduce_op op, std::span<const tensor> inputs,
                   std::span<tensor> outputs, const collective_options& options,

@@ -13,7 +13,10 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include <caf/actor_cast.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/weak_intrusive_ptr.hpp>
 
 #include <algorithm>
 #include <type_traits>
@@ -89,30 +92,62 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   links_ = std::make_shared<control_links>(rank, std::move(joined.control),
                                            settings.heartbeat_interval);
   system_ = actors::shared_actor_system();
+  // A collective that times out names the workers that did not reach it:
+  // the coordinator asks every worker and answers once all did, or after
+  // progress_wait (a frozen worker never does); the asker waits for that
+  // and the hops there and back.
+  const auto progress_wait =
+    std::clamp(settings.heartbeat_interval / 2, std::chrono::milliseconds{100},
+               std::chrono::milliseconds{1000});
+  const auto ask_wait = progress_wait + std::max(progress_wait, std::chrono::milliseconds{200});
   node_ = actors::spawn_node_actor(
     *system_,
     {.rank = static_cast<std::uint32_t>(rank),
      .peers = links_->peers(),
      .heartbeat_interval = settings.heartbeat_interval,
      .peer_timeout = settings.peer_timeout,
+     .progress_wait = progress_wait,
      // Weak: should the actor outlive a stop that timed out, it posts nothing.
      .send = [control = std::weak_ptr<control_links>(links_)](
                std::uint32_t peer, const actors::control_post& message) {
        if (const auto links = control.lock())
          links->post(peer, message);
      },
-     .on_lost = [ring = ring_](const std::string& why) { ring->break_ring(why); }});
+     .reached = [ring = ring_] { return ring->reached(); },
+     .on_lost = [ring = ring_](const error_value& why) { ring->break_ring(why); }});
+  static_assert(actors::collective_progress::no_answer == tcp_ring_communicator::no_answer);
+  // Weak: the ring may outlive this node (the strategy's state holds it).
+  ring_->explain_timeouts(
+    ask_wait,
+    [system = std::weak_ptr<caf::actor_system>(system_),
+     node = caf::actor_cast<caf::weak_actor_ptr>(node_), ask_wait](std::uint64_t seq) {
+      std::vector<std::uint64_t> reached;
+      const auto live_system = system.lock();
+      const auto live_node = caf::actor_cast<caf::actor>(node.lock());
+      if (!live_system || !live_node)
+        return reached;
+      caf::scoped_actor self{*live_system};
+      self->request(live_node, ask_wait, actors::progress_atom::value, seq)
+        .receive([&](const actors::collective_progress& answers) { reached = answers.reached; },
+                 [](const caf::error&) {});
+      return reached;
+    },
+    [node = caf::actor_cast<caf::weak_actor_ptr>(node_)](const error_value& why) {
+      if (const auto live_node = caf::actor_cast<caf::actor>(node.lock()))
+        caf::anon_send(live_node, actors::abort_atom::value, why);
+    });
   links_->start([node = node_](control_event event) {
     std::visit(
       [&](auto& what) {
         using type = std::decay_t<decltype(what)>;
         if constexpr (std::is_same_v<type, std::string>)
           caf::anon_send(node, actors::link_failure{event.peer, std::move(what)});
-        else if constexpr (std::is_same_v<type, actors::heartbeat>) {
+        else if constexpr (std::is_same_v<type, actors::collective_progress>)
+          caf::anon_send(node, event.peer, std::move(what));
+        else {
           what.rank = event.peer; // the authenticated connection's rank, not the claim
           caf::anon_send(node, what);
-        } else
-          caf::anon_send(node, what);
+        }
       },
       event.what);
   });
@@ -122,6 +157,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
 cluster_node::~cluster_node() {
   if (!links_)
     return;
+  ring_->explain_timeouts({}, {}, {}); // the ring may outlive the node
   // The actor says goodbye unless the group is broken already; the links
   // write it before they stop. Their delivery holds a handle of the actor:
   // both go before the actor system may (its destructor waits for every

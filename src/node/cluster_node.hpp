@@ -7,7 +7,10 @@
 // (actors/node_actor.hpp), which hears the peers' heartbeats through the
 // control connections (control_links.hpp) and breaks the ring when a peer
 // is lost, so that every pending and later collective raises
-// peer_lost_error naming it.
+// peer_lost_error naming it. When a collective between the workers times
+// out, the ring asks the node which collective each worker reached (the
+// node asks the others over the same connections) and the node passes the
+// timeout on to the other workers.
 //
 // Listeners: rank 0 accepts control connections at the coordinator
 // address; every rank accepts its ring connection at its listen address

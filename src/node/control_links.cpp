@@ -120,6 +120,8 @@ void control_links::loop() {
         const auto f = read_frame(l.socket, max_control_payload, io_clock::now() + write_timeout_);
         if (f.kind == static_cast<std::uint32_t>(control_kind::collective_abort))
           deliver_({l.peer, decode_control<actors::collective_abort>(f)});
+        else if (f.kind == static_cast<std::uint32_t>(control_kind::collective_progress))
+          deliver_({l.peer, decode_control<actors::collective_progress>(f)});
         else
           deliver_({l.peer, decode_control<actors::heartbeat>(f)});
       } catch (const connection_closed& e) {

@@ -27,7 +27,9 @@ namespace lockstep::detail {
 /// What a peer's connection gave: a message, or why it failed.
 struct control_event {
   std::uint32_t peer = 0;
-  std::variant<actors::heartbeat, actors::collective_abort, std::string> what;
+  std::variant<actors::heartbeat, actors::collective_abort, actors::collective_progress,
+               std::string>
+    what;
 };
 
 class control_links {

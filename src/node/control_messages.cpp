@@ -26,6 +26,8 @@ const char* to_string(control_kind kind) noexcept {
       return "clock_probe";
     case control_kind::clock_reply:
       return "clock_reply";
+    case control_kind::collective_progress:
+      return "collective_progress";
   }
   return "unknown";
 }
@@ -70,6 +72,7 @@ LOCKSTEP_CONTROL_MESSAGE(join_reply)
 LOCKSTEP_CONTROL_MESSAGE(membership)
 LOCKSTEP_CONTROL_MESSAGE(heartbeat)
 LOCKSTEP_CONTROL_MESSAGE(collective_abort)
+LOCKSTEP_CONTROL_MESSAGE(collective_progress)
 
 #undef LOCKSTEP_CONTROL_MESSAGE
 

@@ -30,6 +30,7 @@ enum class control_kind : std::uint32_t {
   // little-endian numbers, not CAF-serialised structs.
   clock_probe = 6,
   clock_reply = 7,
+  collective_progress = 8,
 };
 
 /// A frame that is not the message expected, or does not deserialise.
@@ -60,6 +61,10 @@ struct control_kind_of<actors::heartbeat> {
 template <>
 struct control_kind_of<actors::collective_abort> {
   static constexpr auto value = control_kind::collective_abort;
+};
+template <>
+struct control_kind_of<actors::collective_progress> {
+  static constexpr auto value = control_kind::collective_progress;
 };
 
 /// "join_request", ...: for messages.

@@ -16,7 +16,17 @@
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
 
+#include "lockstep/error.hpp"
+
 namespace lockstep::detail {
+
+/// What ring_links throws when a deadline passes: a lockstep::timeout_error
+/// that the ring tells from a timeout_error that a rank passed on as its
+/// failure (ring_records).
+class ring_deadline_passed : public timeout_error {
+public:
+  using timeout_error::timeout_error;
+};
 
 struct ring_links {
   std::size_t rank = 0;
@@ -32,7 +42,7 @@ struct ring_links {
   /// runtime_options::spin_wait while this host's runnable threads fit on
   /// its CPUs (a woken thread takes tens of microseconds to run), else it
   /// sleeps in poll(2) at once. Throws connection_closed naming the
-  /// neighbour whose connection closed, lockstep::timeout_error naming the
+  /// neighbour whose connection closed, ring_deadline_passed naming the
   /// neighbour it waited for when the deadline passes first.
   void exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
                 io_clock::time_point deadline);

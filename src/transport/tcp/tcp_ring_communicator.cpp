@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_ring_communicator.hpp"
 
 #include "collectives/allreduce_slices.hpp"
+#include "runtime/error_text.hpp"
 #include "transport/tcp/ring_collectives.hpp"
 
 #include "lockstep/error.hpp"
@@ -26,14 +27,32 @@ tcp_ring_communicator::tcp_ring_communicator(ring_links links,
                                              std::shared_ptr<boost::asio::io_context> context)
   : context_(std::move(context)), links_(std::move(links)) {}
 
-void tcp_ring_communicator::break_ring(const std::string& why) noexcept {
+void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
   {
     std::lock_guard lock{mutex_};
-    if (broken_.empty())
+    if (broken_.message.empty())
       broken_ = why;
   }
   explained_.notify_all();
   links_.shut_down();
+}
+
+void tcp_ring_communicator::explain_timeouts(std::chrono::milliseconds delay,
+                                             progress_question ask, failure_notice tell) {
+  std::lock_guard lock{mutex_};
+  report_delay_ = delay;
+  ask_ = std::move(ask);
+  tell_ = std::move(tell);
+}
+
+std::uint64_t tcp_ring_communicator::reached() const noexcept {
+  std::lock_guard lock{mutex_};
+  return last_seq_;
+}
+
+std::chrono::milliseconds tcp_ring_communicator::report_delay() const noexcept {
+  std::lock_guard lock{mutex_};
+  return report_delay_;
 }
 
 void tcp_ring_communicator::await_explanations(std::chrono::milliseconds grace) noexcept {
@@ -65,8 +84,8 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   check_rank(rank);
   {
     std::lock_guard lock{mutex_};
-    if (!broken_.empty())
-      throw peer_lost_error(broken_);
+    if (!broken_.message.empty())
+      rethrow(broken_);
     if (f.seq < cancelled_below_)
       std::rethrow_exception(cancel_reason_);
     last_seq_ = std::max(last_seq_, f.seq);
@@ -81,31 +100,101 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   };
   const auto broke = [&](const std::string& why) {
     links_.shut_down(); // the neighbours fail at once instead of at their deadlines
-    std::string reason;
+    error_value reason;
     {
-      // A loss the node reports (break_ring) names the lost worker.
+      // A loss the node reports (break_ring) names the lost worker; a
+      // timeout another worker passes on names the collective.
       std::unique_lock lock{mutex_};
-      explained_.wait_for(lock, grace_, [&] { return !broken_.empty(); });
-      if (broken_.empty())
-        broken_ = "the ring of workers is broken at worker " + std::to_string(links_.rank) + " ("
-                  + f.to_string() + "): " + why;
+      explained_.wait_for(lock, grace_, [&] { return !broken_.message.empty(); });
+      if (broken_.message.empty())
+        broken_ = {error_kind::peer_lost_error,
+                   "the ring of workers is broken at worker " + std::to_string(links_.rank) + " ("
+                     + f.to_string() + "): " + why,
+                   "lockstep::peer_lost_error"};
       reason = broken_;
     }
     record("ring broken");
-    throw peer_lost_error(reason);
+    rethrow(reason);
+  };
+  const auto timed_out = [&](const std::string& stalled) {
+    // Asked while the links are still open: the workers that reached the
+    // collective wait in it, and hear of the timeout before their links
+    // close.
+    auto reason = explain_timeout(f, options.timeout, stalled);
+    failure_notice tell;
+    {
+      std::lock_guard lock{mutex_};
+      if (broken_.message.empty())
+        broken_ = reason;
+      tell = tell_;
+    }
+    explained_.notify_all();
+    if (tell)
+      tell(reason);
+    links_.shut_down();
+    record("timed out");
+    rethrow(reason);
   };
   const auto deadline = io_clock::now() + options.timeout;
   try {
     work(f, deadline);
   } catch (const connection_closed& e) {
     broke(e.what());
-  } catch (const timeout_error& e) {
-    broke(e.what());
+  } catch (const ring_deadline_passed& e) {
+    timed_out(e.what());
   } catch (...) { // agreed on by every rank: the ring stays usable
     record("failed");
     throw;
   }
   record("completed");
+}
+
+error_value tcp_ring_communicator::explain_timeout(const collective_fingerprint& f,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& stalled) const {
+  progress_question ask;
+  {
+    std::lock_guard lock{mutex_};
+    ask = ask_;
+  }
+  const auto reached = ask ? ask(f.seq) : std::vector<std::uint64_t>{};
+  // The collective as the user knows it: its number among the collectives
+  // between the workers (every worker counts them alike), not a replica
+  // group's or a fan-out's.
+  auto text = f.op + " #" + std::to_string(f.seq) + " between the workers ("
+              + f.details(false).substr(1) + ") timed out on worker " + std::to_string(links_.rank) + " after "
+              + std::to_string(timeout.count()) + " ms (its timeout): ";
+  std::vector<std::string> missing, where, silent;
+  for (std::size_t r = 0; r < reached.size() && r < links_.world; ++r) {
+    if (r == links_.rank)
+      continue;
+    if (reached[r] == no_answer) {
+      silent.push_back(std::to_string(r));
+    } else if (reached[r] < f.seq) {
+      missing.push_back(std::to_string(r));
+      if (where.size() <= items_in_errors)
+        where.push_back("worker " + std::to_string(r)
+                        + (reached[r] == 0 ? " has issued none"
+                                           : " last issued #" + std::to_string(reached[r])));
+    }
+  }
+  const auto workers = [](const std::vector<std::string>& ranks) {
+    return (ranks.size() == 1 ? "worker " : "workers ") + joined_list(ranks);
+  };
+  std::vector<std::string> parts;
+  if (reached.empty())
+    parts.push_back("the other workers could not be asked which collectives they reached");
+  if (!missing.empty())
+    parts.push_back(workers(missing) + " did not reach it ("
+                    + joined_list(where, items_in_errors, missing.size()) + ")");
+  if (!silent.empty())
+    parts.push_back(workers(silent) + " did not answer in time (frozen, or unreachable)");
+  if (parts.empty())
+    parts.push_back("every worker reached it, and its data stalled");
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    text += (i == 0 ? "" : "; ") + parts[i];
+  text += "; " + stalled;
+  return {error_kind::timeout_error, std::move(text), "lockstep::timeout_error"};
 }
 
 void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,

@@ -9,21 +9,34 @@
 // the others, and every rank throws that failure; the ring stays usable. A
 // broken ring (a neighbour's connection closed, or a deadline passed) is
 // not: the links are closed, so the other workers fail at once too, and
-// this and every later collective throw peer_lost_error naming what
-// happened (TF's multi-worker strategy fails fast the same way; restarts
-// are the launcher's).
+// this and every later collective throw what broke it (TF's multi-worker
+// strategy fails fast the same way; restarts are the launcher's):
+//
+// * a lost worker: peer_lost_error naming it (the node's word, break_ring);
+// * a deadline that passed: timeout_error (TF's DeadlineExceededError), at
+//   the deadline, naming the collective (its op, its number among the
+//   collectives between the workers, which every worker counts alike,
+//   dtype and shape) and every worker that did not reach it. Which those
+//   are, the ring cannot see: it asks the other workers (explain_timeouts:
+//   the node asks over the control connections, a few milliseconds, at
+//   most report_delay()) before it closes its links, and passes the error
+//   on, so that the workers waiting in the same collective, and those that
+//   come to it later, throw the same timeout_error.
 
 #include <boost/asio/io_context.hpp>
 
 #include <array>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/communicator.hpp"
+#include "runtime/error_value.hpp"
 #include "transport/tcp/ring_links.hpp"
 #include "transport/tcp/ring_records.hpp"
 
@@ -36,11 +49,34 @@ public:
   explicit tcp_ring_communicator(ring_links links,
                                  std::shared_ptr<boost::asio::io_context> context = nullptr);
 
-  /// Breaks the ring from another thread (a peer was lost, `why` names
-  /// it): the collective in progress and every later one throw
-  /// peer_lost_error(why), here and, through the closed links, on the
-  /// neighbours.
-  void break_ring(const std::string& why) noexcept;
+  /// Breaks the ring from another thread (a peer was lost, or another
+  /// worker's collective timed out; `why` says so): the collective in
+  /// progress and every later one throw `why` (its kind and message), here
+  /// and, through the closed links, on the neighbours.
+  void break_ring(const error_value& why) noexcept;
+
+  /// In a progress answer: a worker that did not answer.
+  static constexpr std::uint64_t no_answer = ~std::uint64_t{0};
+
+  /// Which collective between the workers each worker reached, by rank
+  /// (no_answer where one did not answer), asked when
+  /// collective `seq` passed its deadline; empty when nobody could be asked.
+  using progress_question = std::function<std::vector<std::uint64_t>(std::uint64_t seq)>;
+  /// Tells the other workers that this worker's collective failed with
+  /// `why`, which breaks the ring (they throw it too).
+  using failure_notice = std::function<void(const error_value& why)>;
+
+  /// How a deadline is explained (see the file comment): `ask` returns
+  /// within `delay`; `tell` returns at once. Without them, a timeout_error
+  /// says that the other workers could not be asked.
+  void explain_timeouts(std::chrono::milliseconds delay, progress_question ask,
+                        failure_notice tell);
+
+  /// The last collective this worker started (0 for none).
+  std::uint64_t reached() const noexcept;
+
+  /// How long after a deadline a timeout_error may come (asking the others).
+  std::chrono::milliseconds report_delay() const noexcept override;
 
   /// When a link fails, wait up to `grace` for break_ring to say why (the
   /// node learns which worker was lost on its control connections about
@@ -75,12 +111,18 @@ private:
   /// Runs `work(f, deadline)` as collective `f` on the ring: the work
   /// agrees on `f` (with the caller's failure) and moves the data, in one
   /// pass or two (ring_collectives.hpp); records the outcome; turns a
-  /// broken ring into peer_lost_error.
+  /// broken ring into peer_lost_error, a deadline into timeout_error.
   template <class Work>
   void run(std::size_t rank, collective_fingerprint f, const collective_options& options,
            Work work);
 
   void check_rank(std::size_t rank) const;
+
+  /// The timeout_error of collective `f`, which waited `timeout` until the
+  /// deadline and then stalled as `stalled` says: asks which workers
+  /// reached it (explain_timeouts) and names those that did not.
+  error_value explain_timeout(const collective_fingerprint& f, std::chrono::milliseconds timeout,
+                              const std::string& stalled) const;
 
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
   ring_links links_;
@@ -90,9 +132,12 @@ private:
   std::uint64_t cancelled_below_ = 0;
   std::exception_ptr cancel_reason_;
   std::uint64_t running_ = 0; // the collective in progress, 0 for none
-  std::string broken_;        // why the ring broke; empty while it works
+  error_value broken_;        // why the ring broke; its message empty while it works
   std::condition_variable explained_; // notified when broken_ is set
   std::chrono::milliseconds grace_{0};
+  std::chrono::milliseconds report_delay_{0};
+  progress_question ask_;     // set before the first collective
+  failure_notice tell_;
   /// The flight recorder: the last collectives and how each ended, in a
   /// ring of slots (overwritten by assignment, which reuses the strings'
   /// buffers; dump() formats them).
