@@ -1,14 +1,13 @@
 #include "actors/node_actor.hpp"
 
+#include "actors/detached_actor.hpp"
 #include "actors/messages.hpp"
 #include "runtime/log.hpp"
 
 #include "lockstep/error.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
-#include <caf/spawn_options.hpp>
 
 #include <algorithm>
 #include <map>
@@ -68,54 +67,63 @@ struct node_state {
   }
 };
 
-caf::behavior node_actor(caf::stateful_actor<node_state>* self, node_actor_settings settings) {
-  auto& st = self->state;
-  const auto now = node_clock::now();
-  for (const auto rank : settings.peers)
-    st.peers[rank] = {now};
-  st.settings = std::move(settings);
-  self->send(self, tick_atom::value);
-  return {
-    [self](tick_atom) {
-      auto& st = self->state;
-      if (!st.lost.empty())
-        return; // nothing more to watch
-      st.beat();
-      self->delayed_send(self, st.settings.heartbeat_interval, tick_atom::value);
-    },
-    [self](const heartbeat& beat) {
-      const auto peer = self->state.peers.find(beat.rank);
-      if (peer == self->state.peers.end())
-        return;
-      peer->second.last_heard = node_clock::now();
-      if (beat.sequence == 0) {
-        LOCKSTEP_LOG_DEBUG("worker {}: {} left", self->state.settings.rank, who(beat.rank));
-        peer->second.gone = true;
-      }
-    },
-    [self](const collective_abort& abort) { self->state.declare_lost(abort.error.message); },
-    [self](const link_failure& failure) {
-      const auto peer = self->state.peers.find(failure.peer);
-      if (peer != self->state.peers.end() && !peer->second.gone)
-        self->state.declare_lost(who(failure.peer) + " was lost: " + failure.reason);
-    },
-    [self](stop_atom) {
-      auto& st = self->state;
-      const bool whole = st.lost.empty();
-      if (whole) // a program that ends in good order is not lost
-        for (const auto& [rank, peer] : st.peers)
-          if (!peer.gone)
-            st.settings.send(rank, heartbeat{st.settings.rank, 0, 0, 0});
-      self->quit();
-      return whole;
-    },
-  };
-}
+class node_actor final : public detached_actor {
+public:
+  node_actor(caf::actor_config& cfg, node_actor_settings settings) : detached_actor(cfg) {
+    const auto now = node_clock::now();
+    for (const auto rank : settings.peers)
+      state_.peers[rank] = {now};
+    state_.settings = std::move(settings);
+  }
+
+  caf::behavior make_behavior() override {
+    send(this, tick_atom::value);
+    return {
+      [this](tick_atom) {
+        if (!state_.lost.empty())
+          return; // nothing more to watch
+        state_.beat();
+        delayed_send(this, state_.settings.heartbeat_interval, tick_atom::value);
+      },
+      [this](const heartbeat& beat) {
+        const auto peer = state_.peers.find(beat.rank);
+        if (peer == state_.peers.end())
+          return;
+        peer->second.last_heard = node_clock::now();
+        if (beat.sequence == 0) {
+          LOCKSTEP_LOG_DEBUG("worker {}: {} left", state_.settings.rank, who(beat.rank));
+          peer->second.gone = true;
+        }
+      },
+      [this](const collective_abort& abort) { state_.declare_lost(abort.error.message); },
+      [this](const link_failure& failure) {
+        const auto peer = state_.peers.find(failure.peer);
+        if (peer != state_.peers.end() && !peer->second.gone)
+          state_.declare_lost(who(failure.peer) + " was lost: " + failure.reason);
+      },
+      [this](stop_atom) {
+        const bool whole = state_.lost.empty();
+        if (whole) // a program that ends in good order is not lost
+          for (const auto& [rank, peer] : state_.peers)
+            if (!peer.gone)
+              state_.settings.send(rank, heartbeat{state_.settings.rank, 0, 0, 0});
+        quit();
+        return whole;
+      },
+    };
+  }
+
+  const char* name() const override { return "node_actor"; }
+
+private:
+  node_state state_;
+};
 
 } // namespace
 
 caf::actor spawn_node_actor(caf::actor_system& system, node_actor_settings settings) {
-  return system.spawn<caf::detached>(node_actor, std::move(settings));
+  return spawn_detached<node_actor>(system, "the node actor (multi-worker heartbeats)",
+                                    std::move(settings));
 }
 
 bool stop_node_actor(caf::actor_system& system, const caf::actor& node,
