@@ -201,6 +201,6 @@ TEST_CASE("device executors that cannot start are a resource_error naming the de
     const std::string what = e.what();
     CHECK(has(what, "could not start a thread for the executor of"));
     CHECK(has(what, "device:CPU:1"));
-    CHECK(has(what, "1 of 2 device executors had started and were stopped"));
+    CHECK(has(what, "1 of 2 device executors had started and were released"));
   }
 }

@@ -100,7 +100,7 @@ detail::device_executor& strategy_state::device_executor(std::size_t device) {
         device_executors_.clear(); // lets go of those started here
         throw resource_error(name() + ": " + e.what() + " (" + std::to_string(started) + " of "
                              + std::to_string(devices.size())
-                             + " device executors had started and were stopped)");
+                             + " device executors had started and were released)");
       }
     }
   }
