@@ -122,9 +122,9 @@ class workspace {
 public:
   workspace() : uid_(unused_uid()) {
     if (::geteuid() != 0)
-      skip("not root: a real thread limit needs the child to run as an otherwise unused uid");
+      skip_here("not root: a real thread limit needs the child to run as an otherwise unused uid");
     if (on_path("setpriv").empty() || on_path("prlimit").empty())
-      skip("setpriv or prlimit (util-linux) is not installed");
+      skip_here("setpriv or prlimit (util-linux) is not installed");
     fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read
                                    | fs::perms::group_exec | fs::perms::others_read
                                    | fs::perms::others_exec);
@@ -137,24 +137,24 @@ public:
     // Can the uid run the build at all? (A build under a folder it cannot
     // enter, such as /root, cannot be tested this way.)
     const auto help = run_as_uid(highest_limit, {"--help"}, {});
-    if (help.status != 0) {
-      std::error_code ignored;
-      fs::remove_all(dir_.path(), ignored); // skip() does not unwind
-      skip("uid " + std::to_string(uid_) + " cannot run " + program().string()
-           + " (is a folder above it closed to other users?): " + help.output);
-    }
+    if (help.status != 0)
+      skip_here("uid " + std::to_string(uid_) + " cannot run " + program().string()
+                + " (is a folder above it closed to other users?): " + help.output);
   }
 
   /// The program's options for a short run with `replicas` replicas.
   std::vector<std::string> options(int replicas) {
     const auto n = std::to_string(runs_++);
-    return {"--data-dir", data().string(), "--metrics", (outputs() / ("metrics-" + n + ".csv")).string(),
-            "--plot", (outputs() / ("plot-" + n + ".svg")).string(), "--replicas",
-            std::to_string(replicas), "--epochs", "1", "--global-batch", "32"};
+    return {"--data-dir",       data().string(),
+            "--metrics",        (outputs() / ("metrics-" + n + ".csv")).string(),
+            "--plot",           (outputs() / ("plot-" + n + ".svg")).string(),
+            "--replicas",       std::to_string(replicas),
+            "--epochs",         "1",
+            "--global-batch",   "32"};
   }
 
-  /// Starts the program as the unused uid under a limit of `nproc`
-  /// processes and threads, with `environment` (NAME=VALUE) added.
+  /// The command that runs the program with `args` as the unused uid under
+  /// a limit of `nproc` processes and threads.
   std::vector<std::string> limited_argv(int nproc, const std::vector<std::string>& args) const {
     const auto uid = std::to_string(uid_);
     std::vector<std::string> argv{on_path("setpriv"), "--reuid=" + uid, "--regid=" + uid,
@@ -164,7 +164,8 @@ public:
     return argv;
   }
 
-  /// Runs the program limited (limited_argv) and waits for it.
+  /// Runs the program limited (limited_argv), with `environment`
+  /// (NAME=VALUE) added, and waits for it.
   outcome run_as_uid(int nproc, const std::vector<std::string>& args,
                      const std::vector<std::string>& environment) {
     const auto output = dir_.path() / ("output-" + std::to_string(runs_++));
@@ -182,6 +183,13 @@ public:
   const fs::path& path() const { return dir_.path(); }
 
 private:
+  /// skip(), without leaving the folder behind (skip does not unwind).
+  [[noreturn]] void skip_here(const std::string& why) {
+    std::error_code ignored;
+    fs::remove_all(dir_.path(), ignored);
+    skip(why);
+  }
+
   temporary_directory dir_{"thread_limits"};
   uid_t uid_;
   int runs_ = 0;
@@ -240,7 +248,8 @@ TEST_CASE("under every thread limit the main job finishes or fails clearly, neve
   }
 }
 
-TEST_CASE("a limited worker of two ends clearly, and the other ends without waiting out a timeout") {
+TEST_CASE("a limited worker of two ends clearly, and the other ends without waiting for a "
+          "timeout") {
   workspace w;
   const auto token = "LOCKSTEP_CLUSTER_TOKEN=thread-limits-test-token-0123456789abcdef";
   const auto attempt = [&](int limit) {

@@ -61,7 +61,8 @@ struct failing_starts {
   explicit failing_starts(std::string prefix) {
     detail::thread_start_hook() = [prefix = std::move(prefix)](std::string_view what) {
       if (what.starts_with(prefix))
-        throw std::system_error(EAGAIN, std::generic_category(), "Resource temporarily unavailable");
+        throw std::system_error(EAGAIN, std::generic_category(),
+                                "Resource temporarily unavailable");
     };
   }
   ~failing_starts() { detail::thread_start_hook() = nullptr; }
@@ -174,7 +175,8 @@ TEST_CASE("a timeline writer that cannot start is a resource_error and leaves no
   CHECK(std::filesystem::exists(path));
 }
 
-TEST_CASE("a dump-signal watcher that cannot start is a resource_error and leaves the signal unblocked") {
+TEST_CASE("a dump-signal watcher that cannot start is a resource_error and leaves the signal "
+          "unblocked") {
   auto options = get_runtime_options();
   options.dump_signal = SIGUSR2;
   options_guard guard{options};
