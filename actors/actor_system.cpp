@@ -104,7 +104,8 @@ std::shared_ptr<caf::actor_system> shared_actor_system() {
   if (auto existing = current.lock())
     return existing;
   const auto& options = get_runtime_options();
-  // The scheduler's workers, its timer thread, and one to spare.
+  // The scheduler's workers, its timer thread (caf.clock) and CAF's printer
+  // actor (a detached caf.actor), all started by the system's constructor.
   check_thread_headroom(system_with_config::scheduler_threads(options) + 2);
   auto holder = std::make_shared<system_with_config>(options);
   std::shared_ptr<caf::actor_system> system{holder, &holder->system};
