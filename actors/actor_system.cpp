@@ -1,6 +1,7 @@
 #include "actors/actor_system.hpp"
 
 #include "actors/messages.hpp"
+#include "runtime/thread_start.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
@@ -12,7 +13,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,21 +21,6 @@
 namespace lockstep::actors {
 
 namespace {
-
-/// The threads of this process, from /proc/self/status; 0 if unknown.
-std::size_t threads_of_this_process() {
-  std::ifstream status{"/proc/self/status"};
-  std::string key;
-  while (status >> key) {
-    if (key == "Threads:") {
-      std::size_t n = 0;
-      status >> n;
-      return n;
-    }
-    status.ignore(1 << 20, '\n');
-  }
-  return 0;
-}
 
 /// Throws resource_error unless `needed` more threads can be started now.
 /// CAF's actor system starts its scheduler's threads in its constructor and
@@ -46,7 +31,7 @@ std::size_t threads_of_this_process() {
 /// limit (ulimit -u, a cgroup's pids.max). A best effort, not a guarantee:
 /// another process of the same user can take the room in between.
 void check_thread_headroom(std::size_t needed) {
-  const auto before = threads_of_this_process();
+  const auto before = detail::threads_of_this_process();
   std::mutex mutex;
   std::condition_variable released;
   bool release = false;
@@ -74,13 +59,12 @@ void check_thread_headroom(std::size_t needed) {
   if (!failure.empty())
     throw resource_error("lockstep cannot start its actor system: it needs " + std::to_string(needed)
                          + " threads, and only " + std::to_string(started)
-                         + " could be started (" + failure
-                         + "); is a limit on threads such as ulimit -u or a container's "
-                           "pids limit reached?");
+                         + " could be started: " + failure + " (" + detail::thread_limits()
+                         + ")");
   // A joined thread leaves the count (and frees its slot under the limit)
   // a moment after join returns.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{1};
-  while (before != 0 && threads_of_this_process() > before
+  while (before != 0 && detail::threads_of_this_process() > before
          && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::microseconds{100});
 }
@@ -120,7 +104,8 @@ std::shared_ptr<caf::actor_system> shared_actor_system() {
   if (auto existing = current.lock())
     return existing;
   const auto& options = get_runtime_options();
-  // The scheduler's workers, its timer thread, and one to spare.
+  // The scheduler's workers, its timer thread (caf.clock) and CAF's printer
+  // actor (a detached caf.actor), all started by the system's constructor.
   check_thread_headroom(system_with_config::scheduler_threads(options) + 2);
   auto holder = std::make_shared<system_with_config>(options);
   std::shared_ptr<caf::actor_system> system{holder, &holder->system};

@@ -7,6 +7,7 @@
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
+#include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
 #include "strategies/call_numbering.hpp"
 #include "strategies/thread_mode.hpp"
@@ -148,8 +149,7 @@ void coordinator::record_start_failure(std::size_t replica, const std::string& r
                    + " of " + std::to_string(state_.devices.size()) + " replicas: " + reason
                    + "; the " + std::to_string(started) + " replicas that had started "
                    + (stopped ? "were stopped" : "did not all stop in time")
-                   + " (a limit on threads, such as ulimit -u or a container's pids limit, "
-                     "or memory?)";
+                   + " (" + detail::thread_limits() + ")";
 }
 
 coordinator::~coordinator() {

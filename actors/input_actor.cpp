@@ -1,12 +1,13 @@
 #include "actors/input_actor.hpp"
 
+#include "actors/detached_actor.hpp"
+
 #include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
-#include <caf/spawn_options.hpp>
+#include <caf/send.hpp>
 
 #include <string>
 #include <utility>
@@ -112,24 +113,36 @@ std::size_t prefetch_buffer::ready() const {
 
 namespace {
 
-caf::behavior input_actor(caf::event_based_actor* self, std::shared_ptr<prefetch_buffer> buffer) {
-  return {
-    [self, buffer](input_demand demand) {
-      for (std::uint64_t i = 0; i < demand.count; ++i) {
-        if (!buffer->produce_one()) {
-          self->quit();
-          return;
+class input_actor final : public detached_actor {
+public:
+  input_actor(caf::actor_config& cfg, std::shared_ptr<prefetch_buffer> buffer)
+    : detached_actor(cfg), buffer_(std::move(buffer)) {}
+
+  caf::behavior make_behavior() override {
+    return {
+      [this](input_demand demand) {
+        for (std::uint64_t i = 0; i < demand.count; ++i) {
+          if (!buffer_->produce_one()) {
+            quit();
+            return;
+          }
         }
-      }
-    },
-  };
-}
+      },
+    };
+  }
+
+  const char* name() const override { return "input_actor"; }
+
+private:
+  std::shared_ptr<prefetch_buffer> buffer_;
+};
 
 } // namespace
 
 caf::actor spawn_input_actor(caf::actor_system& system, std::shared_ptr<prefetch_buffer> buffer,
                              std::uint64_t initial_demand) {
-  auto actor = system.spawn<caf::detached>(input_actor, std::move(buffer));
+  auto actor = spawn_detached<input_actor>(system, "the input actor (dataset prefetch)",
+                                           std::move(buffer));
   caf::anon_send(actor, input_demand{initial_demand});
   return actor;
 }

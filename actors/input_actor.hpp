@@ -86,7 +86,8 @@ private:
 };
 
 /// Spawns a detached input actor that fills `buffer`, starting with
-/// `initial_demand` elements.
+/// `initial_demand` elements. resource_error when its thread cannot start
+/// (actors/detached_actor.hpp).
 caf::actor spawn_input_actor(caf::actor_system& system, std::shared_ptr<prefetch_buffer> buffer,
                              std::uint64_t initial_demand);
 

@@ -1,14 +1,13 @@
 #include "actors/node_actor.hpp"
 
+#include "actors/detached_actor.hpp"
 #include "actors/messages.hpp"
 #include "runtime/log.hpp"
 
 #include "lockstep/error.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
-#include <caf/spawn_options.hpp>
 
 #include <algorithm>
 #include <map>
@@ -188,93 +187,96 @@ struct node_state {
   }
 };
 
-caf::behavior node_actor(caf::stateful_actor<node_state>* self, node_actor_settings settings) {
-  auto& st = self->state;
-  const auto now = node_clock::now();
-  for (const auto rank : settings.peers)
-    st.peers[rank] = {now};
-  st.self = self;
-  st.settings = std::move(settings);
-  st.last_tick = now;
-  self->send(self, tick_atom::value);
-  return {
-    [self](tick_atom) {
-      auto& st = self->state;
-      if (!st.lost.empty())
-        return; // nothing more to watch
-      st.beat();
-      self->delayed_send(self, st.settings.heartbeat_interval, tick_atom::value);
-    },
-    [self](const heartbeat& beat) {
-      const auto peer = self->state.peers.find(beat.rank);
-      if (peer == self->state.peers.end())
-        return;
-      peer->second.last_heard = node_clock::now();
-      if (beat.sequence == 0) {
-        LOCKSTEP_LOG_DEBUG("worker {}: {} left", self->state.settings.rank, who(beat.rank));
-        peer->second.gone = true;
-      }
-    },
-    // From the coordinator: the group is broken. To the coordinator, from
-    // worker abort.rank: its collective timed out; the others hear it too.
-    [self](const collective_abort& abort) {
-      auto& st = self->state;
-      st.fail(abort.error, st.settings.rank == 0, abort.rank);
-    },
-    [self](abort_atom, const error_value& why) { self->state.fail(why, true); },
-    [self](progress_atom, std::uint64_t seq) -> caf::result<collective_progress> {
-      auto& st = self->state;
-      auto promise = self->make_response_promise<collective_progress>();
-      st.asked.emplace(seq, promise);
-      if (st.settings.rank == 0)
-        st.ask(st.settings.rank, seq);
-      else
-        st.settings.send(0, collective_progress{st.settings.rank, 0, seq, {}});
-      return promise;
-    },
-    [self](answer_atom, std::uint32_t asker, std::uint64_t seq) {
-      self->state.answer(asker, seq);
-    },
-    // A question (`reached` empty), an answer, or the answers; `from`: the
-    // connection it came on.
-    [self](std::uint32_t from, const collective_progress& progress) {
-      auto& st = self->state;
-      if (st.settings.rank == 0) {
-        if (progress.reached.empty())
-          st.ask(from, progress.seq); // the asker is the connection's rank
+class node_actor final : public detached_actor {
+public:
+  node_actor(caf::actor_config& cfg, node_actor_settings settings) : detached_actor(cfg) {
+    const auto now = node_clock::now();
+    for (const auto rank : settings.peers)
+      state_.peers[rank] = {now};
+    state_.self = this;
+    state_.settings = std::move(settings);
+    state_.last_tick = now;
+  }
+
+  caf::behavior make_behavior() override {
+    send(this, tick_atom::value);
+    return {
+      [this](tick_atom) {
+        if (!state_.lost.empty())
+          return; // nothing more to watch
+        state_.beat();
+        delayed_send(this, state_.settings.heartbeat_interval, tick_atom::value);
+      },
+      [this](const heartbeat& beat) {
+        const auto peer = state_.peers.find(beat.rank);
+        if (peer == state_.peers.end())
+          return;
+        peer->second.last_heard = node_clock::now();
+        if (beat.sequence == 0) {
+          LOCKSTEP_LOG_DEBUG("worker {}: {} left", state_.settings.rank, who(beat.rank));
+          peer->second.gone = true;
+        }
+      },
+      // From the coordinator: the group is broken. To the coordinator, from
+      // worker abort.rank: its collective timed out; the others hear it too.
+      [this](const collective_abort& abort) {
+        state_.fail(abort.error, state_.settings.rank == 0, abort.rank);
+      },
+      [this](abort_atom, const error_value& why) { state_.fail(why, true); },
+      [this](progress_atom, std::uint64_t seq) -> caf::result<collective_progress> {
+        auto promise = make_response_promise<collective_progress>();
+        state_.asked.emplace(seq, promise);
+        if (state_.settings.rank == 0)
+          state_.ask(state_.settings.rank, seq);
         else
-          st.note(from, progress);
-      } else if (progress.reached.empty()) {
-        st.settings.send(0, collective_progress{progress.asker, progress.generation,
-                                                progress.seq, {st.reached_here()}});
-      } else {
-        st.deliver(progress);
-      }
-    },
-    [self](const link_failure& failure) {
-      auto& st = self->state;
-      const auto peer = st.peers.find(failure.peer);
-      if (peer != st.peers.end() && !peer->second.gone)
-        st.lose(failure.peer, failure.reason,
-                "lost its connection to it (" + failure.reason + ")");
-    },
-    [self](stop_atom) {
-      auto& st = self->state;
-      const bool whole = st.lost.empty();
-      if (whole) // a program that ends in good order is not lost
-        for (const auto& [rank, peer] : st.peers)
-          if (!peer.gone)
-            st.settings.send(rank, heartbeat{st.settings.rank, 0, 0, 0});
-      self->quit();
-      return whole;
-    },
-  };
-}
+          state_.settings.send(0, collective_progress{state_.settings.rank, 0, seq, {}});
+        return promise;
+      },
+      [this](answer_atom, std::uint32_t asker, std::uint64_t seq) { state_.answer(asker, seq); },
+      // A question (`reached` empty), an answer, or the answers; `from`: the
+      // connection it came on.
+      [this](std::uint32_t from, const collective_progress& progress) {
+        if (state_.settings.rank == 0) {
+          if (progress.reached.empty())
+            state_.ask(from, progress.seq); // the asker is the connection's rank
+          else
+            state_.note(from, progress);
+        } else if (progress.reached.empty()) {
+          state_.settings.send(0, collective_progress{progress.asker, progress.generation,
+                                                      progress.seq, {state_.reached_here()}});
+        } else {
+          state_.deliver(progress);
+        }
+      },
+      [this](const link_failure& failure) {
+        const auto peer = state_.peers.find(failure.peer);
+        if (peer != state_.peers.end() && !peer->second.gone)
+          state_.lose(failure.peer, failure.reason,
+                      "lost its connection to it (" + failure.reason + ")");
+      },
+      [this](stop_atom) {
+        const bool whole = state_.lost.empty();
+        if (whole) // a program that ends in good order is not lost
+          for (const auto& [rank, peer] : state_.peers)
+            if (!peer.gone)
+              state_.settings.send(rank, heartbeat{state_.settings.rank, 0, 0, 0});
+        quit();
+        return whole;
+      },
+    };
+  }
+
+  const char* name() const override { return "node_actor"; }
+
+private:
+  node_state state_;
+};
 
 } // namespace
 
 caf::actor spawn_node_actor(caf::actor_system& system, node_actor_settings settings) {
-  return system.spawn<caf::detached>(node_actor, std::move(settings));
+  return spawn_detached<node_actor>(system, "the node actor (multi-worker heartbeats)",
+                                    std::move(settings));
 }
 
 bool stop_node_actor(caf::actor_system& system, const caf::actor& node,

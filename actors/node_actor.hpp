@@ -77,6 +77,7 @@ struct node_actor_settings {
 };
 
 /// Spawns a node actor (detached: its sends may wait for a slow peer).
+/// resource_error when its thread cannot start (actors/detached_actor.hpp).
 caf::actor spawn_node_actor(caf::actor_system& system, node_actor_settings settings);
 
 /// Asks `node` to stop: true when its group was whole (no peer lost) and

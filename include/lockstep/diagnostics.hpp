@@ -24,6 +24,8 @@ std::filesystem::path dump_flight_recorders();
 /// is replaced. The signal must be blocked in every thread, so call this
 /// before the program starts threads (the first strategy created calls it,
 /// too late for threads started before). Returns whether it watches.
+/// Throws resource_error when the thread cannot start (a limit on
+/// threads); the signal's mask is then as it was.
 bool watch_dump_signal();
 
 } // namespace lockstep

@@ -1,6 +1,7 @@
 #include "devices/device_executor.hpp"
 
 #include "runtime/log.hpp"
+#include "runtime/thread_start.hpp"
 
 #include <exception>
 #include <map>
@@ -11,7 +12,7 @@ namespace lockstep::detail {
 
 device_executor::device_executor(device_spec device, std::chrono::microseconds spin)
   : device_(std::move(device)), spin_(spin) {
-  thread_ = std::thread{[this] { loop(); }};
+  thread_ = start_thread("the executor of " + device_.to_string(), [this] { loop(); });
   thread_id_ = thread_.get_id();
 }
 

@@ -117,7 +117,8 @@ public:
   using task = executor_task;
   using time_point = std::chrono::steady_clock::time_point;
 
-  /// Starts the thread. `spin`: how long it polls for work before sleeping.
+  /// Starts the thread (resource_error when it cannot). `spin`: how long it
+  /// polls for work before sleeping.
   device_executor(device_spec device, std::chrono::microseconds spin);
 
   /// The process's executor of `device` (by type and index), shared by all

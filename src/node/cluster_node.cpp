@@ -14,6 +14,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <caf/actor_cast.hpp>
+#include <caf/exit_reason.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/weak_intrusive_ptr.hpp>
@@ -136,6 +137,23 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
       if (const auto live_node = caf::actor_cast<caf::actor>(node.lock()))
         caf::anon_send(live_node, actors::abort_atom::value, why);
     });
+  try {
+    start_links();
+  } catch (...) { // resource_error: the links' thread did not start
+    // The actor ticks on its own, and its thread ends only once its last
+    // handle is gone (the links' delivery holds one): both go before the
+    // actor system, whose destructor would wait for them forever.
+    ring_->explain_timeouts({}, {}, {});
+    caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+    links_.reset();
+    node_ = caf::actor{};
+    system_.reset();
+    throw;
+  }
+  LOCKSTEP_LOG_INFO("worker {} of {} joined job '{}'", rank, spec.world_size, spec.job_id);
+}
+
+void cluster_node::start_links() {
   links_->start([node = node_](control_event event) {
     std::visit(
       [&](auto& what) {
@@ -151,7 +169,6 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
       },
       event.what);
   });
-  LOCKSTEP_LOG_INFO("worker {} of {} joined job '{}'", rank, spec.world_size, spec.job_id);
 }
 
 cluster_node::~cluster_node() {

@@ -63,6 +63,9 @@ public:
   const clock_estimate& clock() const noexcept { return clock_; }
 
 private:
+  /// Starts the control links, which deliver to the node actor.
+  void start_links();
+
   // Shared with the ring, whose sockets may outlive this node.
   std::shared_ptr<boost::asio::io_context> context_;
   actors::membership membership_;

@@ -1,6 +1,7 @@
 #include "node/control_links.hpp"
 
 #include "node/control_messages.hpp"
+#include "runtime/thread_start.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -27,7 +28,12 @@ control_links::control_links(std::size_t rank, std::vector<tcp_socket> control,
 
 void control_links::start(std::function<void(control_event)> deliver) {
   deliver_ = std::move(deliver);
-  thread_ = std::thread([this] { loop(); });
+  try {
+    thread_ = start_thread("the control links (heartbeats between workers)", [this] { loop(); });
+  } catch (...) {
+    deliver_ = nullptr; // what it holds (the node actor's handle) goes now
+    throw;
+  }
 }
 
 control_links::~control_links() {

@@ -41,7 +41,8 @@ public:
                 std::chrono::milliseconds write_timeout);
 
   /// Starts the thread, which delivers what arrives to `deliver` (once;
-  /// what was posted before is written then).
+  /// what was posted before is written then). resource_error when the
+  /// thread cannot be created; the links can then only be destroyed.
   void start(std::function<void(control_event)> deliver);
 
   /// Stops the thread and closes the connections.

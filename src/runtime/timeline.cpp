@@ -1,6 +1,7 @@
 #include "runtime/timeline.hpp"
 
 #include "runtime/log.hpp"
+#include "runtime/thread_start.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
@@ -150,7 +151,13 @@ public:
     std::fputs("[\n", file_);
     write_metadata("process_name", 0, "\"name\":" + json_string(process_name()));
     write_metadata("process_sort_index", 0, "\"sort_index\":" + std::to_string(rank_));
-    writer_ = std::thread{[this] { write_loop(); }};
+    try {
+      writer_ = start_thread("the timeline writer", [this] { write_loop(); });
+    } catch (...) { // resource_error: no timeline, and no file begun
+      std::fclose(file_);
+      std::remove(path_.c_str());
+      throw;
+    }
   }
 
   recorder(const recorder&) = delete;

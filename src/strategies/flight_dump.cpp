@@ -6,6 +6,7 @@
 
 #include "io/atomic_file.hpp"
 #include "runtime/log.hpp"
+#include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
 #include "strategies/flight_dump.hpp"
 #include "strategies/strategy_state.hpp"
@@ -132,10 +133,11 @@ bool watch_dump_signal() {
   sigaddset(&set, signal);
   // Blocked here first, so the watcher, which inherits the mask, and any
   // thread started from here on leave it to sigwait.
-  if (const int error = ::pthread_sigmask(SIG_BLOCK, &set, nullptr); error != 0)
+  sigset_t before;
+  if (const int error = ::pthread_sigmask(SIG_BLOCK, &set, &before); error != 0)
     throw resource_error(std::string{"watch_dump_signal: pthread_sigmask failed: "}
                          + std::strerror(error));
-  std::thread{[set] {
+  const auto watch = [set] {
     for (;;) {
       int got = 0;
       if (::sigwait(&set, &got) != 0)
@@ -148,7 +150,14 @@ bool watch_dump_signal() {
                            e.what());
       }
     }
-  }}.detach(); // for the life of the process
+  };
+  try {
+    detail::start_thread("the dump-signal watcher (signal " + std::to_string(signal) + ")", watch)
+      .detach(); // for the life of the process
+  } catch (...) {
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr); // nobody would take the signal
+    throw; // resource_error
+  }
   watched = signal;
   return true;
 }

@@ -13,6 +13,7 @@
 #include "lockstep/diagnostics.hpp"
 #include "runtime/log.hpp"
 #include "runtime/spin_wait.hpp"
+#include "runtime/thread_start.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
@@ -34,6 +35,14 @@ strategy_state::strategy_state(std::string name, detail::topology topology, bool
 
 namespace {
 
+/// Keeps `s` reachable and never frees it, on purpose.
+void abandon(strategy_state* s) {
+  static auto* abandoned = new std::vector<strategy_state*>;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock{mutex};
+  abandoned->push_back(s);
+}
+
 /// Stops the replicas, then deletes the state; keeps it (never freed) when
 /// a replica is stuck in user code that may still use it.
 void destroy(strategy_state* s) {
@@ -44,10 +53,7 @@ void destroy(strategy_state* s) {
   LOCKSTEP_LOG_ERROR("{}: a replica thread still runs user code at shutdown; "
                      "its strategy is kept alive for it",
                      s->name());
-  static auto* abandoned = new std::vector<strategy_state*>;
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock{mutex};
-  abandoned->push_back(s); // reachable, never freed, on purpose
+  abandon(s);
 }
 
 } // namespace
@@ -61,17 +67,22 @@ std::shared_ptr<strategy_state> strategy_state::create(std::string name,
   // First, so that the replicas' first events count.
   const auto rank = topology.workers > 1 ? static_cast<std::int64_t>(topology.worker_index) : -1;
   auto timeline = records ? timeline_hold(rank) : nullptr;
+  if (records)
+    watch_dump_signal(); // for threads started from here on; resource_error
   auto* state = new strategy_state(std::move(name), std::move(topology), replicated,
                                    std::move(ops), timeout);
   state->timeline = std::move(timeline);
-  if (records)
-    watch_dump_signal(); // for threads started from here on
   return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
     // A posted write's captures may hold the last handle; an executor
     // cannot join its own thread, so another thread destroys the state.
-    if (s->on_device_executor_thread())
-      std::thread{[s] { destroy(s); }}.detach();
-    else
+    if (s->on_device_executor_thread()) {
+      try {
+        start_thread("destroying " + s->name(), [s] { destroy(s); }).detach();
+      } catch (const std::exception& e) { // a deleter must not throw
+        LOCKSTEP_LOG_ERROR("{}: {}; the strategy is kept, not destroyed", s->name(), e.what());
+        abandon(s);
+      }
+    } else
       destroy(s);
   });
 }
@@ -84,12 +95,12 @@ detail::device_executor& strategy_state::device_executor(std::size_t device) {
     for (const auto& d : devices) {
       try {
         device_executors_.push_back(detail::executor_of(d, spin));
-      } catch (const std::exception& e) { // std::system_error, or std::bad_alloc
+      } catch (const std::exception& e) { // resource_error, or std::bad_alloc
         const auto started = device_executors_.size();
         device_executors_.clear(); // lets go of those started here
-        throw resource_error(name() + ": could not start the executor thread of "
-                             + d.to_string() + " (" + std::to_string(started) + " of "
-                             + std::to_string(devices.size()) + " had started): " + e.what());
+        throw resource_error(name() + ": " + e.what() + " (" + std::to_string(started) + " of "
+                             + std::to_string(devices.size())
+                             + " device executors had started and were released)");
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include "devices/cuda/cuda_check.hpp"
 #include "devices/cuda/nccl_check.hpp"
+#include "runtime/thread_start.hpp"
 #include "lockstep/error.hpp"
 
 #include <algorithm>
@@ -94,7 +95,11 @@ public:
   }
 
 private:
-  watchdog() : thread_([this] { loop(); }) { thread_.detach(); }
+  /// resource_error when the thread cannot start; instance() tries again
+  /// at its next call.
+  watchdog() : thread_(start_thread("the NCCL watchdog", [this] { loop(); })) {
+    thread_.detach();
+  }
 
   /// Polls the collectives in flight without holding the lock (an abort
   /// may take long, and callers must be able to give up meanwhile), then

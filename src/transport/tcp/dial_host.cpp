@@ -1,6 +1,7 @@
 #include "transport/tcp/dial_host.hpp"
 
 #include "runtime/log.hpp"
+#include "runtime/thread_start.hpp"
 
 #include "lockstep/error.hpp"
 
@@ -49,15 +50,16 @@ host_resolver system_resolver() {
     if (!not_an_address)
       return host_addresses{{{address, port}}, {}};
     if (!pending->valid()) {
-      std::promise<host_addresses> promise;
-      *pending = promise.get_future().share();
-      std::thread([promise = std::move(promise), host, port]() mutable {
+      auto promise = std::make_shared<std::promise<host_addresses>>();
+      auto future = promise->get_future().share();
+      start_thread("looking up '" + host + "'", [promise, host, port] {
         try {
-          promise.set_value(lookup(host, port));
+          promise->set_value(lookup(host, port));
         } catch (...) {
-          promise.set_exception(std::current_exception());
+          promise->set_exception(std::current_exception());
         }
-      }).detach();
+      }).detach(); // resource_error when it cannot start: the next call tries again
+      *pending = std::move(future);
     }
     if (pending->wait_until(deadline) != std::future_status::ready)
       return host_addresses{{}, "looking up '" + host + "' did not finish"};

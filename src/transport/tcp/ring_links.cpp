@@ -4,6 +4,7 @@
 #include "transport/tcp/little_endian.hpp"
 
 #include "runtime/spin_wait.hpp"
+#include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
@@ -175,7 +176,7 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
                   std::span<const std::uint8_t> token, const handshake_identity& self,
                   io_clock::time_point deadline) {
   std::exception_ptr accept_failure;
-  std::thread accepting([&] {
+  auto accepting = start_thread("accepting the ring connection", [&] {
     try {
       // A connection that fails the handshake, or comes from another rank,
       // is dropped and the next one awaited, until the deadline.
