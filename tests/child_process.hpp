@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,4 +96,16 @@ inline child_exit run_child_process(const child_command& command) {
   if (WIFEXITED(status))
     result.status = WEXITSTATUS(status);
   return result;
+}
+
+/// Whether process `pid` (not this one's child) has ended: gone, or a
+/// zombie that its new parent has not reaped yet.
+inline bool has_ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text))
+    return true;
+  const auto after_name = text.rfind(')');
+  return after_name != std::string::npos && after_name + 2 < text.size()
+         && text[after_name + 2] == 'Z';
 }

@@ -211,6 +211,20 @@ void write_mnist(const fs::path& dir, std::uint32_t train, std::uint32_t train_l
   write_file(dir / "t10k-labels-idx1-ubyte", idx_bytes(0x08, {test_labels}, counting_bytes(test_labels)));
 }
 
+/// How `read` ended, as a child reports it: "data loss: ..." or
+/// "resource: ..." with the error's text, or "no exception".
+template <class F>
+std::string error_report(F&& read) {
+  try {
+    read();
+  } catch (const data_loss_error& e) {
+    return std::string("data loss: ") + e.what();
+  } catch (const resource_error& e) {
+    return std::string("resource: ") + e.what();
+  }
+  return "no exception";
+}
+
 } // namespace
 
 // -- reading ----------------------------------------------------------------------
@@ -586,16 +600,8 @@ TEST_CASE("under an address-space limit, gigabyte claims are refused and real ne
 
   for (const auto& c : cases) {
     CAPTURE(c.path.string());
-    const auto result = run_with_address_space_limit([&]() -> std::string {
-      try {
-        read_idx(c.path);
-      } catch (const data_loss_error& e) {
-        return std::string("data loss: ") + e.what();
-      } catch (const resource_error& e) {
-        return std::string("resource: ") + e.what();
-      }
-      return "no exception";
-    });
+    const auto result =
+      run_with_address_space_limit([&] { return error_report([&] { read_idx(c.path); }); });
     INFO("the child " << describe_end(result));
     CHECK(exited_with(result, 0));
     CHECK(result.report.rfind(c.expected, 0) == 0);
@@ -714,16 +720,8 @@ TEST_CASE("under an address-space limit, a gigabyte of images whose labels disag
   const auto labels = dir.path() / "train-labels-idx1-ubyte.gz";
   write_file(images, zeros_bomb(idx_bytes(0x08, {1u << 20, 32, 32}, ""), 1024));
   write_file(labels, gzip(idx_bytes(0x08, {60000}, counting_bytes(60000))));
-  const auto result = run_with_address_space_limit([&]() -> std::string {
-    try {
-      load_mnist(dir.path());
-    } catch (const data_loss_error& e) {
-      return std::string("data loss: ") + e.what();
-    } catch (const resource_error& e) {
-      return std::string("resource: ") + e.what();
-    }
-    return "no exception";
-  });
+  const auto result =
+    run_with_address_space_limit([&] { return error_report([&] { load_mnist(dir.path()); }); });
   INFO("the child " << describe_end(result));
   CHECK(exited_with(result, 0));
   CHECK(result.report

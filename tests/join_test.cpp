@@ -164,6 +164,7 @@ TEST_CASE("the main job: Ctrl-C while joining ends the join at once, on the coor
   await_listener(job.base, coordinator[0]);
   ::kill(coordinator[0].pid, SIGINT);
   std::vector<process> worker{job.start(1)};
+  // Its warning comes once the coordinator has been missing for 5 s.
   await_output(worker[0], "dialing the coordinator at 127.0.0.1:" + std::to_string(job.base));
   ::kill(worker[0].pid, SIGINT);
   wait_all(coordinator, 60s);

@@ -11,6 +11,7 @@
 // SIGKILL: no file of its token is left, and no worker. MULTI_WORKER_PROGRAM
 // and LOCKSTEP_RUN (set by meson) name the worker program and lockstep-run.
 
+#include "child_process.hpp"
 #include "worker_processes.hpp"
 
 #include <doctest/doctest.h>
@@ -451,21 +452,6 @@ TEST_CASE("Open MPI: mpirun -np 2 with the coordinator and the token passed by -
 
 // -- lockstep-run ----------------------------------------------------------
 
-namespace {
-
-/// Whether process `pid` (not this one's child) has ended: gone, or a
-/// zombie that its new parent has not reaped yet.
-bool has_ended(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(stat, text))
-    return true;
-  const auto after_name = text.rfind(')');
-  return after_name != std::string::npos && after_name + 2 < text.size()
-         && text[after_name + 2] == 'Z';
-}
-
-} // namespace
 
 TEST_CASE("lockstep-run: a launcher killed by SIGKILL leaves no token file, and no worker") {
   temp_folder folder;

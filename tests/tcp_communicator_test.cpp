@@ -122,11 +122,12 @@ TEST_CASE("a rank that cannot contribute fails the collective on every worker; t
     CHECK(e == nullptr);
 }
 
-TEST_CASE("a lost worker: the others get peer_lost_error now and in every later collective") {
-  cluster c;
-  // Worker 1 is gone: its end of the ring closes, as when its process dies.
-  c.leaders[1].reset();
-  c.by_worker[1].reset();
+namespace {
+
+/// Every replica of worker 0 all-reduces 1000 elements with `timeout`;
+/// what each threw.
+std::vector<std::exception_ptr> all_reduce_on_worker_0(cluster& c,
+                                                       std::chrono::milliseconds timeout) {
   std::vector<std::exception_ptr> errors(replicas);
   std::vector<std::thread> threads;
   for (std::size_t g = 0; g < replicas; ++g)
@@ -134,7 +135,7 @@ TEST_CASE("a lost worker: the others get peer_lost_error now and in every later 
       try {
         std::vector<tensor> data{filled(g, 1000, g)};
         collective_options options;
-        options.timeout = std::chrono::seconds{30};
+        options.timeout = timeout;
         c.by_worker[0]->all_reduce(g, reduce_op::sum, data, data, options);
       } catch (...) {
         errors[g] = std::current_exception();
@@ -142,6 +143,17 @@ TEST_CASE("a lost worker: the others get peer_lost_error now and in every later 
     });
   for (auto& t : threads)
     t.join();
+  return errors;
+}
+
+} // namespace
+
+TEST_CASE("a lost worker: the others get peer_lost_error now and in every later collective") {
+  cluster c;
+  // Worker 1 is gone: its end of the ring closes, as when its process dies.
+  c.leaders[1].reset();
+  c.by_worker[1].reset();
+  const auto errors = all_reduce_on_worker_0(c, std::chrono::seconds{30});
   for (const auto& e : errors) {
     const auto message = error_of<peer_lost_error>([&] { std::rethrow_exception(e); });
     CHECK(contains(message, "the ring of workers is broken at worker 0"));
@@ -163,21 +175,7 @@ TEST_CASE("a collective one worker skips times out on the other at its deadline,
       return std::vector<std::uint64_t>{c.leaders[0]->reached(), c.leaders[1]->reached()};
     },
     [&](const error_value& why) { c.leaders[1]->break_ring(why); });
-  std::vector<std::exception_ptr> errors(replicas);
-  std::vector<std::thread> threads;
-  for (std::size_t g = 0; g < replicas; ++g)
-    threads.emplace_back([&, g] {
-      try {
-        std::vector<tensor> data{filled(g, 1000, g)};
-        collective_options options;
-        options.timeout = std::chrono::milliseconds{300};
-        c.by_worker[0]->all_reduce(g, reduce_op::sum, data, data, options);
-      } catch (...) {
-        errors[g] = std::current_exception();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
+  const auto errors = all_reduce_on_worker_0(c, std::chrono::milliseconds{300});
   const std::string expected =
     "all_reduce #1 between the workers (sum float32 [1000]) timed out on worker 0 after 300 ms "
     "(its timeout): worker 1 did not reach it (worker 1 has issued none)";

@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include "child_process.hpp"
+#include "fashion_mnist_files.hpp"
 #include "file_support.hpp"
 #include "worker_processes.hpp"
 
@@ -29,7 +30,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -78,30 +78,6 @@ uid_t unused_uid() {
       return static_cast<uid_t>(uid);
 }
 
-/// An IDX file of unsigned bytes: magic 0 0 8, the rank, the dimensions as
-/// big-endian u32, then the bytes.
-void write_idx(const fs::path& path, const std::vector<std::uint32_t>& dims,
-               const std::string& bytes) {
-  std::string file{'\0', '\0', '\x08', static_cast<char>(dims.size())};
-  for (auto d : dims)
-    for (int shift = 24; shift >= 0; shift -= 8)
-      file += static_cast<char>((d >> shift) & 0xff);
-  write_file(path, file + bytes);
-}
-
-/// `n` 28x28 images of random bytes and their labels 0-9 in turn.
-void write_split(const fs::path& dir, const char* images, const char* labels, std::uint32_t n) {
-  std::mt19937 generator{5};
-  std::string pixels(std::size_t{n} * 784, '\0');
-  for (auto& p : pixels)
-    p = static_cast<char>(generator() & 0xff);
-  std::string classes(n, '\0');
-  for (std::uint32_t i = 0; i < n; ++i)
-    classes[i] = static_cast<char>(i % 10);
-  write_idx(dir / images, {n, 28, 28}, pixels);
-  write_idx(dir / labels, {n}, classes);
-}
-
 /// How a run ended.
 struct outcome {
   int status = -1; // -1: ended by a signal, or killed after run_limit (a hang)
@@ -130,8 +106,7 @@ public:
                                    | fs::perms::others_exec);
     fs::create_directory(data());
     // 64 training images: 2 steps of a global batch of 32; 32 test images.
-    write_split(data(), "train-images-idx3-ubyte", "train-labels-idx1-ubyte", 64);
-    write_split(data(), "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 32);
+    write_data(data(), 64, 32);
     fs::create_directory(outputs());
     REQUIRE(::chown(outputs().c_str(), uid_, uid_) == 0);
     // Can the uid run the build at all? (A build under a folder it cannot

@@ -305,21 +305,11 @@ TEST_CASE("a job killed while gnuplot runs leaves no gnuplot running and no plot
   CHECK(result.status == -1); // killed
   REQUIRE_MESSAGE(fs::exists(pid_file), result.err);
   const auto gnuplot = std::stoi(read_file(pid_file));
-  // Gone, or a zombie its new parent has yet to reap.
-  const auto ended = [&] {
-    std::ifstream stat("/proc/" + std::to_string(gnuplot) + "/stat");
-    std::string text;
-    if (!std::getline(stat, text))
-      return true;
-    const auto after_name = text.rfind(')');
-    return after_name != std::string::npos && after_name + 2 < text.size()
-           && text[after_name + 2] == 'Z';
-  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!ended() && std::chrono::steady_clock::now() < deadline)
+  while (!has_ended(gnuplot) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK_MESSAGE(ended(), "gnuplot (pid " << gnuplot << ") outlived the job that started it");
-  if (!ended())
+  CHECK_MESSAGE(has_ended(gnuplot), "gnuplot (pid " << gnuplot << ") outlived the job that started it");
+  if (!has_ended(gnuplot))
     ::kill(gnuplot, SIGKILL);
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(tmp))

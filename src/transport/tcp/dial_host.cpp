@@ -78,7 +78,7 @@ void dial_host(tcp_socket& socket, const network_address& address, std::string_v
     return std::chrono::duration_cast<std::chrono::seconds>(d).count();
   };
   auto pause = first_dial_pause;
-  auto next_report = start;
+  auto next_report = start + waits.first_report;
   std::string reason;
   for (;;) {
     if (waits.check)
@@ -98,16 +98,11 @@ void dial_host(tcp_socket& socket, const network_address& address, std::string_v
     if (now + pause >= deadline)
       throw timeout_error(who + " did not accept a connection before the deadline (last: "
                           + reason + ")");
-    // The first failure at once, then a line per report interval: a worker
-    // that cannot reach its peer says so, without a line per attempt.
+    // A failure that lasts, then a line per report interval: a worker that
+    // cannot reach its peer says so, without a line per attempt.
     if (now >= next_report) {
-      if (next_report == start)
-        LOCKSTEP_LOG_WARN("dialing {}: {}; retrying for up to {} s", who, reason,
-                          seconds(deadline - now));
-      else
-        LOCKSTEP_LOG_WARN("dialing {}: still failing after {} s (last: {}); retrying for up to "
-                          "{} s more",
-                          who, seconds(now - start), reason, seconds(deadline - now));
+      LOCKSTEP_LOG_WARN("dialing {}: failing for {} s (last: {}); retrying for up to {} s more",
+                        who, seconds(now - start), reason, seconds(deadline - now));
       next_report = now + waits.report_interval;
     }
     if (waits.sleep)

@@ -56,16 +56,19 @@ struct dial_waits {
   /// Sleeps between rounds; empty: std::this_thread::sleep_for. (A join
   /// passes one that wakes at once for a cancellation.)
   std::function<void(std::chrono::milliseconds)> sleep;
-  /// The first failure is logged (warn) at once, then one line at most per
-  /// this interval until the dial ends.
+  /// A failure that lasts this long is logged (warn): a peer that is still
+  /// starting is not worth a warning, one that cannot be reached is.
+  std::chrono::milliseconds first_report{std::chrono::seconds{5}};
+  /// Then one line at most per this interval until the dial ends.
   std::chrono::milliseconds report_interval{std::chrono::seconds{30}};
 };
 
 /// Connects `socket` to `address`: every round looks its host up with
 /// `resolve` and tries each address it gives, in order, until one accepts;
 /// rounds repeat with a growing pause (10 ms to 1 s) until the deadline.
-/// The first failed round is logged at once, with the time it goes on
-/// trying, and then at most one line per `waits.report_interval`.
+/// A failure that lasts `waits.first_report` is logged, with the time the
+/// dial goes on trying, and then at most one line per
+/// `waits.report_interval`.
 /// Throws lockstep::timeout_error naming `peer`, the address and the last
 /// reason (the lookup's error or the last address's) at the deadline, and
 /// what `waits.check` throws.
