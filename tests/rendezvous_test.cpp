@@ -17,6 +17,7 @@
 #include "test_support.hpp"
 
 #include "lockstep/error.hpp"
+#include "lockstep/multi_worker_mirrored_strategy.hpp"
 
 #include <doctest/doctest.h>
 
@@ -416,4 +417,16 @@ TEST_CASE("dial_host: a failure that lasts is logged, then at most a line per in
   CHECK(lines >= 2); // the first, and progress
   CHECK(lines <= 4); // not one per attempt
   CHECK(never.lookups->load() > 4);
+}
+
+TEST_CASE("multi_worker_mirrored_strategy: a program's setting may not take lockstep's own name") {
+  // Refused before any socket opens: no coordinator listens at port 1.
+  const cluster_resolver two({.world_size = 2, .rank = 1, .coordinator = "127.0.0.1:1"}, {});
+  multi_worker_options options;
+  options.agreed_settings = {{"--lr", "0.1"}, {"replicas per worker", "4"}};
+  CHECK(contains(error_of<value_error>([&] { multi_worker_mirrored_strategy s(two, options); }),
+                 "\"replicas per worker\" is lockstep's own setting"));
+  options.agreed_settings = {{"--lr", "0.1"}, {"--lr", "0.2"}};
+  CHECK(contains(error_of<value_error>([&] { multi_worker_mirrored_strategy s(two, options); }),
+                 "\"--lr\" is declared twice"));
 }
