@@ -12,26 +12,6 @@ namespace lockstep::detail {
 
 namespace {
 
-/// "worker 3" or "workers 0, 2, 5".
-std::string workers_text(const std::vector<std::uint32_t>& ranks) {
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i <= items_in_errors && i < ranks.size(); ++i)
-    names.push_back(std::to_string(ranks[i]));
-  return (ranks.size() == 1 ? "worker " : "workers ") + joined_list(names, items_in_errors, ranks.size());
-}
-
-/// `items` joined by `separator`, cut after `shown` with "... and N more".
-std::string joined_by(const std::vector<std::string>& items, const std::string& separator,
-                      std::size_t shown) {
-  std::string out;
-  const auto listed = items.size() <= shown + 1 ? items.size() : shown;
-  for (std::size_t i = 0; i < listed; ++i)
-    out += (i > 0 ? separator : "") + items[i];
-  if (listed < items.size())
-    out += separator + "... and " + std::to_string(items.size() - listed) + " more";
-  return out;
-}
-
 const std::string* value_of(const std::vector<actors::agreed_setting>& settings,
                             const std::string& name) {
   const auto found = std::find_if(settings.begin(), settings.end(),
@@ -72,16 +52,16 @@ settings_disagreement(const std::vector<std::vector<actors::agreed_setting>>& by
   for (const auto& name : names) {
     // Each value (or none: not declared) with the ranks that hold it, in the
     // order of their lowest rank.
-    std::vector<std::pair<const std::string*, std::vector<std::uint32_t>>> groups;
+    std::vector<std::pair<const std::string*, std::vector<std::string>>> groups;
     for (std::uint32_t rank = 0; rank < by_rank.size(); ++rank) {
       const auto* value = value_of(by_rank[rank], name);
       const auto same = [&](const auto& group) {
         return group.first == value || (group.first && value && *group.first == *value);
       };
       if (auto group = std::find_if(groups.begin(), groups.end(), same); group != groups.end())
-        group->second.push_back(rank);
+        group->second.push_back(std::to_string(rank));
       else
-        groups.push_back({value, {rank}});
+        groups.push_back({value, {std::to_string(rank)}});
     }
     if (groups.size() < 2)
       continue;
@@ -89,12 +69,12 @@ settings_disagreement(const std::vector<std::vector<actors::agreed_setting>>& by
     for (const auto& [value, ranks] : groups)
       parts.push_back((value ? in_quotes(*value) : std::string("not declared")) + " on "
                       + workers_text(ranks));
-    differences.push_back(name + " is " + joined_by(parts, "; ", 4));
+    differences.push_back(name + " is " + joined_list(parts, 4, 0, "; "));
   }
   if (differences.empty())
     return std::nullopt;
   return "the workers' settings differ (every worker must run with the same): "
-         + joined_by(differences, ". ", items_in_errors);
+         + joined_list(differences, items_in_errors, 0, ". ");
 }
 
 } // namespace lockstep::detail

@@ -66,15 +66,25 @@ std::string escape_invalid_utf8(std::string_view text) {
 namespace detail {
 
 std::string joined_list(const std::vector<std::string>& items, std::size_t shown,
-                        std::size_t total) {
+                        std::size_t total, std::string_view separator) {
   total = std::max(total, items.size());
   std::string out;
   const auto listed = total <= shown + 1 ? total : shown; // never "and 1 more"
-  for (std::size_t i = 0; i < listed && i < items.size(); ++i)
-    out += (i > 0 ? ", " : "") + items[i];
-  if (listed < total)
-    out += ", ... and " + std::to_string(total - listed) + " more";
+  for (std::size_t i = 0; i < listed && i < items.size(); ++i) {
+    if (i > 0)
+      out += separator;
+    out += items[i];
+  }
+  if (listed < total) {
+    out += separator;
+    out += "... and " + std::to_string(total - listed) + " more";
+  }
   return out;
+}
+
+std::string workers_text(const std::vector<std::string>& ranks, std::size_t total) {
+  const auto count = std::max(total, ranks.size());
+  return (count == 1 ? "worker " : "workers ") + joined_list(ranks, items_in_errors, count);
 }
 
 } // namespace detail

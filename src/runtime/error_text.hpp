@@ -35,10 +35,16 @@ inline std::string in_quotes(const std::filesystem::path& path) {
 /// How many items of a list an error message shows before "... and N more".
 inline constexpr std::size_t items_in_errors = 8;
 
-/// The first `shown` of `items` joined by ", ", then ", ... and N more" when
-/// some of the `total` were left out. `total` (at least `items.size()`) lets
-/// a caller with a long list make strings of its first `shown + 1` only.
+/// The first `shown` of `items` joined by `separator`, then "... and N
+/// more" (after another separator) when some of the `total` were left out.
+/// `total` (at least `items.size()`) lets a caller with a long list make
+/// strings of its first `shown + 1` only.
 std::string joined_list(const std::vector<std::string>& items,
-                        std::size_t shown = items_in_errors, std::size_t total = 0);
+                        std::size_t shown = items_in_errors, std::size_t total = 0,
+                        std::string_view separator = ", ");
+
+/// "worker 3", or "workers 0, 2, 5" (cut as joined_list cuts): `ranks` as
+/// text, `total` as there.
+std::string workers_text(const std::vector<std::string>& ranks, std::size_t total = 0);
 
 } // namespace lockstep::detail

@@ -42,12 +42,11 @@ std::size_t threads_of_this_process() {
 }
 
 std::string thread_limits() {
-  std::string text = "this process runs ";
-  if (const auto threads = threads_of_this_process(); threads != 0)
-    text += std::to_string(threads) + (threads == 1 ? " thread; " : " threads; ");
-  else
-    text = "";
-  return text + limit_in_force();
+  const auto threads = threads_of_this_process();
+  if (threads == 0) // unknown
+    return limit_in_force();
+  return "this process runs " + std::to_string(threads) + (threads == 1 ? " thread; " : " threads; ")
+         + limit_in_force();
 }
 
 std::string thread_start_failure(std::string_view what, std::string_view reason) {

@@ -178,17 +178,14 @@ error_value tcp_ring_communicator::explain_timeout(const collective_fingerprint&
                                            : " last issued #" + std::to_string(reached[r])));
     }
   }
-  const auto workers = [](const std::vector<std::string>& ranks) {
-    return (ranks.size() == 1 ? "worker " : "workers ") + joined_list(ranks);
-  };
   std::vector<std::string> parts;
   if (reached.empty())
     parts.push_back("the other workers could not be asked which collectives they reached");
   if (!missing.empty())
-    parts.push_back(workers(missing) + " did not reach it ("
+    parts.push_back(workers_text(missing) + " did not reach it ("
                     + joined_list(where, items_in_errors, missing.size()) + ")");
   if (!silent.empty())
-    parts.push_back(workers(silent) + " did not answer in time (frozen, or unreachable)");
+    parts.push_back(workers_text(silent) + " did not answer in time (frozen, or unreachable)");
   if (parts.empty())
     parts.push_back("every worker reached it, and its data stalled");
   for (std::size_t i = 0; i < parts.size(); ++i)
