@@ -6,12 +6,14 @@
 // small path) and without, the same bits either way; all-gather and
 // broadcast; workers that issue different collectives, also on the small
 // path, and a failure passed on, the same error on every worker; a worker
-// that dies mid-collective and one that never comes. No actor system:
-// suite 'unit', so it runs under ThreadSanitizer too.
+// that dies mid-collective and one that never comes; the ring's connection
+// past strangers at a worker's port, and ended by what it watches. No
+// actor system: suite 'unit', so it runs under ThreadSanitizer too.
 
 #include "transport/tcp/ring_collectives.hpp"
 
 #include "loopback_ring.hpp"
+#include "transport/tcp/authenticate.hpp"
 #include "transport/tcp/little_endian.hpp"
 
 #include "test_support.hpp"
@@ -24,6 +26,11 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -372,4 +379,109 @@ TEST_CASE("a worker that dies mid-collective fails the others at once; a frozen 
     CHECK(contains(waiting, "no data came from worker 2 before the deadline"));
     CHECK(errors[1] != nullptr);
   }
+}
+
+namespace {
+
+/// One worker of a ring that is yet to connect: its ring port on loopback
+/// and its unconnected links.
+struct unconnected_worker {
+  unconnected_worker(boost::asio::io_context& context, std::size_t rank, std::size_t world)
+    : acceptor(context, {boost::asio::ip::make_address("127.0.0.1"), 0}),
+      links{rank, world, tcp_socket(context), tcp_socket(context)} {}
+
+  void connect(boost::asio::ip::tcp::endpoint next, io_clock::time_point deadline,
+               ring_watch watch = {}) {
+    connect_ring(links, acceptor, next, lockstep::detail::test::token,
+                 {"ring-test", 0, static_cast<std::uint32_t>(links.rank)}, deadline,
+                 std::move(watch));
+  }
+
+  boost::asio::ip::tcp::acceptor acceptor;
+  ring_links links;
+};
+
+} // namespace
+
+TEST_CASE("a ring connects past strangers at a worker's port, each holding it for a handshake's "
+          "time at most") {
+  boost::asio::io_context context;
+  constexpr std::size_t world = 3;
+  std::vector<std::unique_ptr<unconnected_worker>> workers;
+  for (std::size_t r = 0; r < world; ++r)
+    workers.push_back(std::make_unique<unconnected_worker>(context, r, world));
+  // Before any worker dials, at worker 1's port (queued ahead of worker 0,
+  // its previous rank): a connection that sends nothing, one that sends
+  // garbage, and a worker of this job that claims rank 2.
+  const auto port_of_1 = workers[1]->acceptor.local_endpoint();
+  tcp_socket silent(context), garbage(context), other_rank(context);
+  for (auto* stranger : {&silent, &garbage, &other_rank})
+    stranger->connect(port_of_1);
+  const std::string junk = "GET / HTTP/1.1\r\nHost: ring\r\n\r\n";
+  boost::asio::write(garbage, boost::asio::buffer(junk));
+  client_handshake claims_2{lockstep::detail::test::token, {"ring-test", 0, 2}};
+  boost::asio::write(other_rank, boost::asio::buffer(claims_2.hello()));
+  // The silent one holds worker 1 for handshake_timeout (5 s); with a
+  // deadline well past that, the ring forms and works.
+  const auto deadline = io_clock::now() + handshake_timeout + 20s;
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        workers[r]->connect(workers[(r + 1) % world]->acceptor.local_endpoint(), deadline);
+        std::vector<float> data(5, static_cast<float>(r + 1));
+        ring_all_reduce(workers[r]->links, reduce_op::sum, dtype::f32,
+                        {reinterpret_cast<std::uint8_t*>(data.data()), data.size() * 4},
+                        io_clock::now() + 10s);
+        CHECK(data == std::vector<float>(5, 6.0f));
+      } catch (...) {
+        errors[r] = std::current_exception();
+        workers[r]->links.close();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (std::size_t r = 0; r < world; ++r) {
+    INFO("worker " << r);
+    if (errors[r])
+      CHECK_NOTHROW(std::rethrow_exception(errors[r]));
+  }
+}
+
+TEST_CASE("connect_ring ends at once when a watched connection ends, and goes on past one that "
+          "only talks") {
+  boost::asio::io_context context;
+  // Worker 1 listens (so worker 0's dial and hello land in its queue) but
+  // never runs its side: worker 0 waits for the ring until its deadline,
+  // unless the watch ends the wait.
+  unconnected_worker zero(context, 0, 2);
+  unconnected_worker one(context, 1, 2);
+  int talking[2];
+  int closing[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, talking) == 0);
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, closing) == 0);
+  ring_watch watch;
+  watch.entries = {{talking[0], POLLIN, 0}, {closing[0], POLLIN, 0}};
+  int talks_seen = 0;
+  watch.ready = [&](std::size_t index) {
+    if (index == 0) {
+      ++talks_seen;
+      return false; // alive: no longer watched
+    }
+    throw std::runtime_error("the watched peer left");
+  };
+  std::thread peers([&] {
+    std::this_thread::sleep_for(100ms);
+    CHECK(::write(talking[1], "x", 1) == 1);
+    std::this_thread::sleep_for(200ms);
+    ::close(closing[1]);
+  });
+  const auto error = error_of<std::runtime_error>(
+    [&] { zero.connect(one.acceptor.local_endpoint(), io_clock::now() + 60s, watch); });
+  peers.join();
+  CHECK(error == "the watched peer left"); // not the deadline's timeout
+  CHECK(talks_seen == 1);
+  for (const int fd : {talking[0], talking[1], closing[0]})
+    ::close(fd);
 }

@@ -49,13 +49,21 @@ extern "C" void request_stop(int) {
 
 int run(int argc, char** argv) {
   // SIGUSR1 (or LOCKSTEP_DUMP_SIGNAL) writes the flight recorders of a
-  // running job (docs/timeline.md); set before any thread starts.
+  // running job (docs/timeline.md); set before any thread starts. A
+  // diagnostic: without a thread to spare the job goes on without it (and
+  // fails at the first thread it needs, after joining its peers, which
+  // then hear of it at once instead of at their join timeout).
   if (lockstep::get_runtime_options().dump_signal == 0) {
     auto options = lockstep::get_runtime_options();
     options.dump_signal = SIGUSR1;
     lockstep::set_runtime_options(options);
   }
-  lockstep::watch_dump_signal();
+  try {
+    lockstep::watch_dump_signal();
+  } catch (const lockstep::resource_error& e) {
+    std::cerr << "train_fashion_mnist: warning: no flight recorder dumps on a signal: "
+              << printable(e.what(), false) << "\n";
+  }
   const auto cl = fashion_mnist::parse_command_line(argc, argv);
   if (cl.help) {
     std::cout << fashion_mnist::usage();

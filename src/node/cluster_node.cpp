@@ -2,6 +2,7 @@
 
 #include "node/control_links.hpp"
 #include "node/clock_sync.hpp"
+#include "node/join_cancellation.hpp"
 #include "node/rendezvous.hpp"
 #include "runtime/log.hpp"
 
@@ -19,7 +20,11 @@
 #include <caf/send.hpp>
 #include <caf/weak_intrusive_ptr.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <type_traits>
 #include <variant>
 
@@ -47,6 +52,42 @@ asio::ip::tcp::acceptor listen_at(asio::io_context& context, const std::string& 
                          + std::to_string(port) + ": " + error.message());
   acceptor.listen();
   return acceptor;
+}
+
+/// What connect_ring watches: a cancellation, and the control connections
+/// (every worker's, at the coordinator; the coordinator's, elsewhere). One
+/// that closes means its worker left, so the ring will never form: this
+/// worker gives up at once instead of at the join's deadline, and closes
+/// its own, which its peers see in turn. One that has bytes to read is a
+/// worker that went ahead (its heartbeats), alive.
+ring_watch ring_watch_of(std::vector<tcp_socket>& control, bool coordinator) {
+  ring_watch watch;
+  std::vector<std::uint32_t> ranks{0}; // the rank behind each entry
+  watch.entries.push_back(join_cancel_entry());
+  for (std::size_t i = 0; i < control.size(); ++i) {
+    if (!control[i].is_open())
+      continue;
+    watch.entries.push_back({control[i].native_handle(), POLLIN, 0});
+    ranks.push_back(coordinator ? static_cast<std::uint32_t>(i) : 0);
+  }
+  watch.ready = [entries = watch.entries, ranks](std::size_t index) {
+    if (index == 0) {
+      throw_if_joins_cancelled("connecting the workers' ring");
+      return true;
+    }
+    std::uint8_t byte = 0;
+    const auto got = ::recv(entries[index].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (got > 0)
+      return false;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return true;
+    const auto rank = ranks[index];
+    const auto how = got == 0 ? std::string("closed") : "failed: " + std::string(std::strerror(errno));
+    throw peer_lost_error("worker " + std::to_string(rank) + (rank == 0 ? " (the coordinator)" : "")
+                          + " left while the workers connected their ring (its control "
+                            "connection " + how + ")");
+  };
+  return watch;
 }
 
 } // namespace
@@ -84,7 +125,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   ring_links links{rank, spec.world_size, tcp_socket(*context_), tcp_socket(*context_)};
   connect_ring(links, data, next_address, token,
                {spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)},
-               io_clock::now() + settings.join_timeout);
+               io_clock::now() + settings.join_timeout, ring_watch_of(joined.control, coordinator));
   ring_ = std::make_shared<tcp_ring_communicator>(std::move(links), context_);
   // A killed worker's neighbours see its links close about when the
   // coordinator's word of the loss arrives: give that word a moment.

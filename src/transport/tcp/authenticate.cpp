@@ -4,15 +4,26 @@
 
 namespace lockstep::detail {
 
+void rethrow_as_client_error(const std::string& server_address) {
+  try {
+    throw;
+  } catch (const connection_closed&) {
+    throw authentication_error("authentication with " + server_address
+                               + " was refused (a different cluster token, job or generation)");
+  } catch (const handshake_refused&) {
+    throw authentication_error("authentication with " + server_address
+                               + " failed: it did not prove the cluster token");
+  } catch (const timeout_error&) {
+    throw timeout_error("authentication with " + server_address + " did not finish within "
+                        "the handshake deadline");
+  }
+}
+
 authenticated_peer authenticate_client(tcp_socket& socket, std::span<const std::uint8_t> token,
                                        const handshake_identity& self,
                                        const std::string& server_address,
                                        io_clock::time_point deadline) {
   client_handshake handshake{token, self};
-  const auto refused = [&] {
-    return authentication_error("authentication with " + server_address
-                                + " was refused (a different cluster token, job or generation)");
-  };
   try {
     const auto hello = handshake.hello();
     write_all(socket, {hello}, deadline);
@@ -23,14 +34,8 @@ authenticated_peer authenticate_client(tcp_socket& socket, std::span<const std::
     bytes acceptance(acceptance_size);
     read_exact(socket, acceptance, deadline);
     return handshake.finish(acceptance);
-  } catch (const connection_closed&) {
-    throw refused();
-  } catch (const handshake_refused&) {
-    throw authentication_error("authentication with " + server_address
-                               + " failed: it did not prove the cluster token");
-  } catch (const timeout_error&) {
-    throw timeout_error("authentication with " + server_address + " did not finish within "
-                        "the handshake deadline");
+  } catch (...) {
+    rethrow_as_client_error(server_address);
   }
 }
 

@@ -24,6 +24,13 @@ authenticated_peer authenticate_client(tcp_socket& socket, std::span<const std::
                                        const std::string& server_address,
                                        io_clock::time_point deadline);
 
+/// Inside a catch block of a client's handshake with `server_address`:
+/// rethrows what authenticate_client throws for that failure (a closed
+/// connection is a refusal, a wrong proof a failure, a timeout names the
+/// server), and anything else unchanged. For a client's handshake run in
+/// steps (connect_ring).
+[[noreturn]] void rethrow_as_client_error(const std::string& server_address);
+
 /// Checks a client's proof and proves the token to it. Throws
 /// handshake_refused (the reason, for the log), connection_closed or
 /// lockstep::timeout_error; the caller then closes the socket, which is

@@ -119,7 +119,8 @@ public:
 
   bytes accept(std::span<const std::uint8_t> response);
 
-  /// The client, once accept() returned.
+  /// The client: the rank it claims once challenge() returned, proven
+  /// (with the session key) once accept() returned.
   const authenticated_peer& peer() const noexcept { return peer_; }
 
 private:

@@ -1,10 +1,10 @@
 #include "transport/tcp/ring_links.hpp"
 
 #include "transport/tcp/authenticate.hpp"
+#include "transport/tcp/dial_host.hpp"
 #include "transport/tcp/little_endian.hpp"
 
 #include "runtime/spin_wait.hpp"
-#include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
@@ -15,8 +15,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
-#include <thread>
+#include <optional>
+#include <vector>
 
 #include <sys/socket.h>
 
@@ -171,62 +171,170 @@ void ring_links::shut_down() noexcept {
       ::shutdown(socket->native_handle(), SHUT_RDWR);
 }
 
+namespace {
+
+/// Waits until `own` is ready (true) or the deadline passes (false),
+/// handing each watched entry that becomes ready meanwhile to the watch.
+/// An `own` of fd -1 only waits (and watches).
+bool wait_watching(pollfd own, io_clock::time_point deadline, ring_watch& watch) {
+  std::vector<pollfd> fds{own};
+  fds.insert(fds.end(), watch.entries.begin(), watch.entries.end());
+  for (;;) {
+    for (auto& entry : fds)
+      entry.revents = 0;
+    if (!poll_until(fds, deadline))
+      return false;
+    for (std::size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents != 0 && !watch.ready(i - 1))
+        fds[i].fd = watch.entries[i - 1].fd = -1; // poll(2) skips it from now on
+    if (fds[0].revents != 0)
+      return true;
+  }
+}
+
+/// The server's side of the ring's handshake with whoever connects to the
+/// acceptor, in the two halves that connect_ring interleaves with its
+/// client side: a connection that fails either half is dropped, and the
+/// next one awaited until the deadline.
+class ring_server {
+public:
+  ring_server(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
+              std::span<const std::uint8_t> token, const handshake_identity& self,
+              io_clock::time_point deadline, ring_watch& watch)
+    : links_(links), acceptor_(acceptor), token_(token), self_(self), deadline_(deadline),
+      watch_(watch) {
+    acceptor_.non_blocking(true);
+  }
+
+  /// Accepts connections until one sends a hello that passes, from the
+  /// previous rank; its challenge is sent. A connection that sends no
+  /// such hello holds this for handshake_timeout at most.
+  void challenge() {
+    for (;;) {
+      accept();
+      try {
+        handshake_.emplace(token_, self_);
+        bytes head(hello_head_size);
+        read(head);
+        bytes job_id(handshake_->job_id_length(head));
+        read(job_id);
+        const auto challenge = handshake_->challenge(head, job_id);
+        if (handshake_->peer().rank == links_.prev_rank()) {
+          write_all(links_.prev, {challenge}, until_);
+          // Its response follows its own turn as a server, which waits
+          // on its previous rank: the ring's deadline, not a stranger's.
+          until_ = deadline_;
+          return;
+        }
+      } catch (const handshake_refused&) {
+      } catch (const connection_closed&) {
+      } catch (const timeout_error&) {
+      }
+      links_.prev.close();
+    }
+  }
+
+  /// Checks the challenged connection's response and accepts it; false
+  /// (the connection dropped) when its proof fails.
+  bool accept_response() {
+    try {
+      bytes response(response_size);
+      read(response);
+      write_all(links_.prev, {handshake_->accept(response)}, until_);
+      return true;
+    } catch (const handshake_refused&) {
+    } catch (const connection_closed&) {
+    } catch (const timeout_error&) {
+    }
+    links_.prev.close();
+    return false;
+  }
+
+private:
+  void accept() {
+    for (;;) {
+      boost::system::error_code error;
+      acceptor_.accept(links_.prev, error);
+      if (!error)
+        break;
+      if (error != boost::asio::error::would_block)
+        throw connection_closed("accepting the ring connection failed: " + error.message());
+      if (!wait_watching({acceptor_.native_handle(), POLLIN, 0}, deadline_, watch_))
+        throw timeout_error(worker(links_.prev_rank()) + " did not connect before the deadline");
+    }
+    links_.prev.set_option(boost::asio::ip::tcp::no_delay(true));
+    until_ = std::min(deadline_, io_clock::now() + handshake_timeout); // a stranger's slot
+  }
+
+  void read(std::span<std::uint8_t> buffer) {
+    if (!wait_watching({links_.prev.native_handle(), POLLIN, 0}, until_, watch_))
+      throw timeout_error("the ring's handshake did not finish in time");
+    read_exact(links_.prev, buffer, until_);
+  }
+
+  ring_links& links_;
+  boost::asio::ip::tcp::acceptor& acceptor_;
+  std::span<const std::uint8_t> token_;
+  const handshake_identity& self_;
+  io_clock::time_point deadline_;
+  ring_watch& watch_;
+  std::optional<server_handshake> handshake_;
+  io_clock::time_point until_{};
+};
+
+} // namespace
+
 void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
                   const boost::asio::ip::tcp::endpoint& next_address,
                   std::span<const std::uint8_t> token, const handshake_identity& self,
-                  io_clock::time_point deadline) {
-  std::exception_ptr accept_failure;
-  auto accepting = start_thread("accepting the ring connection", [&] {
-    try {
-      // A connection that fails the handshake, or comes from another rank,
-      // is dropped and the next one awaited, until the deadline.
-      acceptor.non_blocking(true);
-      for (;;) {
-        boost::system::error_code error;
-        acceptor.accept(links.prev, error);
-        if (error == boost::asio::error::would_block) {
-          pollfd entry{acceptor.native_handle(), POLLIN, 0};
-          if (!poll_until({&entry, 1}, deadline))
-            throw timeout_error(worker(links.prev_rank()) + " did not connect before the deadline");
-          continue;
-        }
-        if (error)
-          throw connection_closed("accepting the ring connection failed: " + error.message());
-        try {
-          links.prev.set_option(boost::asio::ip::tcp::no_delay(true));
-          const auto peer = authenticate_server(links.prev, token, self, deadline);
-          if (peer.rank == links.prev_rank())
-            return;
-        } catch (const handshake_refused&) {
-        } catch (const connection_closed&) {
-        }
-        links.prev.close();
-      }
-    } catch (...) {
-      accept_failure = std::current_exception();
-    }
-  });
-  std::exception_ptr connect_failure;
+                  io_clock::time_point deadline, ring_watch watch) {
+  const network_address next{next_address.address().to_string(), next_address.port()};
+  const auto address = next.to_string();
+  client_handshake client{token, self};
+  ring_server server{links, acceptor, token, self, deadline, watch};
+  const auto read_from_next = [&](std::span<std::uint8_t> buffer) {
+    if (!wait_watching({links.next.native_handle(), POLLIN, 0}, deadline, watch))
+      throw timeout_error("the peer did not send before the deadline");
+    read_exact(links.next, buffer, deadline);
+  };
+  // The previous rank's hello reaches us after its dial, whatever we do;
+  // our challenge, after our dial and hello; and so on down the steps.
+  dial_host(links.next, next, worker(links.next_rank()), deadline, system_resolver(),
+            {.sleep = [&](std::chrono::milliseconds pause) {
+              wait_watching({-1, 0, 0}, io_clock::now() + pause, watch);
+            }});
+  // Small records (lengths, fingerprints) must not wait for Nagle's
+  // delayed acknowledgements (network.md §1.5: 88 ms a round trip).
+  links.next.set_option(boost::asio::ip::tcp::no_delay(true));
   try {
-    const auto address =
-      next_address.address().to_string() + ":" + std::to_string(next_address.port());
-    dial(links.next, next_address, worker(links.next_rank()) + " at " + address, deadline);
-    // Small records (lengths, fingerprints) must not wait for Nagle's
-    // delayed acknowledgements (network.md §1.5: 88 ms a round trip).
-    links.next.set_option(boost::asio::ip::tcp::no_delay(true));
-    const auto peer = authenticate_client(links.next, token, self, address, deadline);
-    if (peer.rank != links.next_rank())
-      throw authentication_error("the worker at " + address + " is rank "
-                                 + std::to_string(peer.rank) + ", not the next rank "
-                                 + std::to_string(links.next_rank()));
+    write_all(links.next, {client.hello()}, deadline);
   } catch (...) {
-    connect_failure = std::current_exception();
+    rethrow_as_client_error(address);
   }
-  accepting.join();
-  if (connect_failure)
-    std::rethrow_exception(connect_failure);
-  if (accept_failure)
-    std::rethrow_exception(accept_failure);
+  server.challenge();
+  try {
+    bytes challenge(challenge_size);
+    read_from_next(challenge);
+    write_all(links.next, {client.respond(challenge)}, deadline);
+  } catch (...) {
+    rethrow_as_client_error(address);
+  }
+  // Past a stranger that failed its response, the next connection's whole
+  // handshake: the client side needs nothing more from this side.
+  while (!server.accept_response())
+    server.challenge();
+  authenticated_peer peer;
+  try {
+    bytes acceptance(acceptance_size);
+    read_from_next(acceptance);
+    peer = client.finish(acceptance);
+  } catch (...) {
+    rethrow_as_client_error(address);
+  }
+  if (peer.rank != links.next_rank())
+    throw authentication_error("the worker at " + address + " is rank "
+                               + std::to_string(peer.rank) + ", not the next rank "
+                               + std::to_string(links.next_rank()));
 }
 
 } // namespace lockstep::detail

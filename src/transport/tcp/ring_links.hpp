@@ -10,8 +10,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <vector>
+
+#include <poll.h>
 
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
@@ -84,16 +88,35 @@ struct ring_links {
   bytes scratch;
 };
 
+/// What else connect_ring watches while it waits: connections whose end
+/// (or a cancellation) means that the ring will never form, so that the
+/// wait ends at once instead of at its deadline.
+struct ring_watch {
+  /// Polled for POLLIN beside each of connect_ring's own waits.
+  std::vector<pollfd> entries;
+  /// Called with the index of an entry that became ready: throws to end
+  /// connect_ring, or returns whether to keep watching that entry (false:
+  /// it carries news that is no end, such as a peer that went ahead).
+  std::function<bool(std::size_t)> ready;
+};
+
 /// Connects `links` (rank, world and two unconnected sockets on one
-/// io_context) into the ring: dials `next_address` (retrying until the
-/// deadline, since the next worker may not listen yet) and authenticates
-/// as a client, while it accepts one connection on `acceptor` and
-/// authenticates it as the server, refusing any but the previous rank.
-/// The two run at once, so a ring of any size connects without waiting on
-/// itself. Throws authentication_error, timeout_error or connection_closed.
+/// io_context) into the ring, in the calling thread and no other: dials
+/// `next_address` (retrying until the deadline, since the next worker may
+/// not listen yet) and authenticates as its client, and accepts one
+/// connection on `acceptor` and authenticates it as the server, refusing
+/// any but the previous rank. The two sides take turns, each step
+/// waiting only for what the neighbours' earlier steps send (the client's
+/// hello, the server's challenge, the client's response, the server's
+/// acceptance), so a ring of any size connects without waiting on itself.
+/// A connection to `acceptor` that fails the handshake (a stranger,
+/// another rank) is dropped after at most handshake_timeout and the next
+/// one awaited. Every wait also watches `watch`. Throws
+/// authentication_error, timeout_error, connection_closed, and what
+/// `watch.ready` throws.
 void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
                   const boost::asio::ip::tcp::endpoint& next_address,
                   std::span<const std::uint8_t> token, const handshake_identity& self,
-                  io_clock::time_point deadline);
+                  io_clock::time_point deadline, ring_watch watch = {});
 
 } // namespace lockstep::detail
