@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace lockstep::detail {
@@ -91,21 +90,6 @@ boost::system::error_code connect_before(tcp_socket& socket,
   if (error)
     socket.close();
   return error;
-}
-
-void dial(tcp_socket& socket, const boost::asio::ip::tcp::endpoint& address,
-          std::string_view peer, io_clock::time_point deadline) {
-  auto pause = first_dial_pause;
-  for (;;) {
-    const auto error = connect_before(socket, address, deadline);
-    if (!error)
-      return;
-    if (io_clock::now() + pause >= deadline)
-      throw timeout_error(std::string(peer) + " did not accept a connection before the deadline ("
-                          + error.message() + ")");
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, longest_dial_pause);
-  }
 }
 
 void read_exact(tcp_socket& socket, std::span<std::uint8_t> buffer, io_clock::time_point deadline) {

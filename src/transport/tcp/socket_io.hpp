@@ -53,13 +53,6 @@ boost::system::error_code connect_before(tcp_socket& socket,
 inline constexpr std::chrono::milliseconds first_dial_pause{10};
 inline constexpr std::chrono::milliseconds longest_dial_pause{1000};
 
-/// Connects `socket` to `address`, retrying with a growing pause while
-/// nobody listens there yet, until the deadline. Throws
-/// lockstep::timeout_error naming `peer` (e.g. "worker 2 at
-/// 10.0.0.2:8888") and the last reason when the deadline passes first.
-void dial(tcp_socket& socket, const boost::asio::ip::tcp::endpoint& address,
-          std::string_view peer, io_clock::time_point deadline);
-
 /// Reads exactly `buffer.size()` bytes. Throws connection_closed, or
 /// lockstep::timeout_error when the deadline passes first.
 void read_exact(tcp_socket& socket, std::span<std::uint8_t> buffer, io_clock::time_point deadline);
