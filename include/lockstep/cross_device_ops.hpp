@@ -1,6 +1,7 @@
 #pragma once
 
 #include "lockstep/device_spec.hpp"
+#include "lockstep/pack_options.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/values.hpp"
@@ -126,22 +127,6 @@ protected:
 
 private:
   std::optional<device_spec> reduce_to_device_;
-};
-
-/// How a batch of tensors is packed into collectives (TF's
-/// CommunicationOptions.bytes_per_pack and AllReduceCrossDeviceOps'
-/// num_packs). Consecutive tensors of one dtype form a pack that is reduced
-/// by one collective, reading the tensors in place (no copy into a pack
-/// buffer) and writing each result to its own tensor; results are
-/// bit-identical to reducing the tensors one by one.
-struct pack_options {
-  /// A pack is closed once it holds at least this many bytes (TF's
-  /// group_by_size); 0: one pack per run of tensors of one dtype.
-  std::size_t bytes_per_pack = 0;
-  /// When not 0, each run of tensors of one dtype is instead split into this
-  /// many packs of nearly equal element counts (TF's concat-and-split
-  /// packer; a pack may begin or end inside a tensor).
-  std::size_t num_packs = 0;
 };
 
 /// Settings of `slice_all_reduce`.

@@ -5,7 +5,7 @@
 #include "lockstep/cluster_resolver.hpp"
 
 #include "cluster/cluster_sources.hpp"
-#include "collectives/collective_fingerprint.hpp"
+#include "runtime/fingerprint_hash.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 

@@ -4,7 +4,7 @@
 #include "io/file_descriptor.hpp"
 #include "io/regular_file.hpp"
 #include "runtime/error_text.hpp"
-#include "transport/tcp/handshake.hpp"
+#include "runtime/random_bytes.hpp"
 
 #include "lockstep/error.hpp"
 

@@ -7,6 +7,7 @@
 // file: a variable shows in /proc/<pid>/environ to the same user and in
 // a pod spec to anyone who may read it.
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -15,6 +16,9 @@
 #include "lockstep/cluster_resolver.hpp"
 
 namespace lockstep::detail {
+
+/// The least token length accepted, in bytes.
+inline constexpr std::size_t min_token_bytes = 16;
 
 using cluster_token = std::vector<std::uint8_t>;
 

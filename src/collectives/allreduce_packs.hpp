@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "collectives/allreduce_slices.hpp"
-#include "lockstep/cross_device_ops.hpp"
+#include "lockstep/pack_options.hpp"
 
 namespace lockstep::detail {
 

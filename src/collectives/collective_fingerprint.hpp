@@ -12,28 +12,12 @@
 #include <span>
 #include <exception>
 
+#include "runtime/fingerprint_hash.hpp"
+
 #include "lockstep/dtype.hpp"
 #include "lockstep/tensor.hpp"
 
 namespace lockstep::detail {
-
-/// A 64-bit hash of values and strings for fingerprints: each value is
-/// mixed in with splitmix64's finaliser, so every input bit reaches every
-/// hash bit.
-struct fingerprint_hash {
-  std::uint64_t hash = 14695981039346656037ull;
-  void operator()(std::uint64_t value) noexcept {
-    auto z = hash ^ (value + 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    hash = z ^ (z >> 31);
-  }
-  void operator()(std::string_view text) noexcept {
-    for (unsigned char c : text)
-      (*this)(c);
-    (*this)(text.size());
-  }
-};
 
 /// What a rank issued: two ranks may only run a collective together when
 /// their fingerprints are equal.

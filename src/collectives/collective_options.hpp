@@ -8,7 +8,7 @@
 #include <exception>
 #include <string>
 
-#include "lockstep/cross_device_ops.hpp"
+#include "lockstep/pack_options.hpp"
 
 namespace lockstep::detail {
 

@@ -16,7 +16,7 @@
 
 #include "cross_device_ops/replica_collectives.hpp"
 #include "transport/shm/shm_communicator.hpp"
-#include "strategies/completion.hpp"
+#include "runtime/completion.hpp"
 #include "devices/device_executor.hpp"
 #include "devices/device_registry.hpp"
 #include "runtime/spin_wait.hpp"

@@ -5,7 +5,7 @@
 #include "strategies/strategy_state.hpp"
 
 #include "devices/device_registry.hpp"
-#include "strategies/completion.hpp"
+#include "runtime/completion.hpp"
 
 #include "runtime/error_text.hpp"
 #include "runtime/timeline.hpp"

@@ -5,7 +5,7 @@
 
 #include "lockstep/strategy.hpp"
 
-#include "strategies/completion.hpp"
+#include "runtime/completion.hpp"
 #include "strategies/thread_mode.hpp"
 #include "variables/variable_creation.hpp"
 #include "variables/variable_state.hpp"

@@ -2,10 +2,12 @@
 
 #include "transport/tcp/little_endian.hpp"
 
+#include "cluster/cluster_token.hpp"
+#include "runtime/random_bytes.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <cstring>
@@ -52,13 +54,6 @@ digest hmac_sha256(std::span<const std::uint8_t> key,
           == nullptr
       || length != out.size())
     throw std::runtime_error("HMAC-SHA256 failed in OpenSSL");
-  return out;
-}
-
-bytes random_bytes(std::size_t count) {
-  bytes out(count);
-  if (RAND_bytes(out.data(), static_cast<int>(count)) != 1)
-    throw std::runtime_error("OpenSSL's random generator failed");
   return out;
 }
 

@@ -63,8 +63,6 @@ public:
 
 inline constexpr std::uint16_t handshake_protocol = 1;
 inline constexpr std::size_t max_job_id = 255;
-/// The least token length accepted, in bytes.
-inline constexpr std::size_t min_token_bytes = 16;
 
 /// The hello's fixed part: magic 4, protocol 2, generation 8, rank 4,
 /// nonce 32, job id length 1; the job id follows.
@@ -77,8 +75,6 @@ inline constexpr std::size_t acceptance_size = 32;
 digest hmac_sha256(std::span<const std::uint8_t> key,
                    std::initializer_list<std::span<const std::uint8_t>> parts);
 
-/// `count` bytes from the system's cryptographic generator.
-bytes random_bytes(std::size_t count);
 
 /// The client's side: hello(), then respond(challenge), then
 /// finish(acceptance). Each throws handshake_refused when the server's
