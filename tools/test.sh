@@ -8,6 +8,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 tools/build.sh
+# The includes must follow docs/design.md's layers.
+python3 tools/check_layers.py
 # The CUDA backend is built wherever the toolkit is (its failure to build
 # fails the build above); its 'gpu' suite skips (exit 77) without a device.
 if [[ -x build/tests/gpu_smoke_test ]]; then
