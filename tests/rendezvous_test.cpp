@@ -25,10 +25,13 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -429,4 +432,46 @@ TEST_CASE("multi_worker_mirrored_strategy: a program's setting may not take lock
   options.agreed_settings = {{"--lr", "0.1"}, {"--lr", "0.2"}};
   CHECK(contains(error_of<value_error>([&] { multi_worker_mirrored_strategy s(two, options); }),
                  "\"--lr\" is declared twice"));
+}
+
+TEST_CASE("threaded_resolver: lookups that hang hold at most max_lookup_threads threads") {
+  std::mutex mutex;
+  std::condition_variable released;
+  bool release = false;
+  std::atomic<std::size_t> started{0};
+  const auto hangs = [&](const std::string&, std::uint16_t port) {
+    ++started;
+    std::unique_lock<std::mutex> lock{mutex};
+    released.wait(lock, [&] { return release; });
+    return host_addresses{{loopback(port)}, {}};
+  };
+  // Lookups of other tests may still run: fill what is left.
+  const auto room = max_lookup_threads - std::min(max_lookup_threads, lookup_threads_running());
+  std::vector<host_resolver> resolvers;
+  for (std::size_t i = 0; i <= room; ++i)
+    resolvers.push_back(threaded_resolver(hangs));
+  for (std::size_t i = 0; i < room; ++i) {
+    const auto found = resolvers[i]("hangs.example", 80, io_clock::now() + 50ms);
+    CHECK(found.endpoints.empty());
+    CHECK(contains(found.error, "did not finish"));
+  }
+  const auto refused = resolvers[room]("hangs.example", 80, io_clock::now() + 50ms);
+  CHECK(refused.endpoints.empty());
+  CHECK(contains(refused.error, std::to_string(max_lookup_threads)
+                                  + " lookups of this process are still running"));
+  CHECK(lookup_threads_running() == max_lookup_threads);
+  CHECK(started == room); // no thread for the refused one
+  {
+    std::lock_guard<std::mutex> lock{mutex};
+    release = true;
+  }
+  released.notify_all();
+  // Each pending lookup answers its resolver's next call; the refused one
+  // starts its lookup now.
+  for (auto& resolve : resolvers) {
+    const auto found = resolve("hangs.example", 80, io_clock::now() + 10s);
+    REQUIRE(found.endpoints.size() == 1);
+    CHECK(found.endpoints[0] == loopback(80));
+  }
+  CHECK(started == room + 1);
 }

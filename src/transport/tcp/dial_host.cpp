@@ -9,6 +9,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <future>
 #include <memory>
@@ -40,25 +41,55 @@ std::string text_of(const boost::asio::ip::tcp::endpoint& endpoint) {
   return network_address{endpoint.address().to_string(), endpoint.port()}.to_string();
 }
 
+/// Lookups of every resolver still running, process-wide: a lookup that
+/// hangs (a DNS server that never answers) keeps its thread, so more
+/// resolvers, each with one lookup pending, could pile threads up.
+std::atomic<std::size_t> running_lookups{0};
+
 } // namespace
 
-host_resolver system_resolver() {
+std::size_t lookup_threads_running() noexcept {
+  return running_lookups.load();
+}
+
+host_resolver threaded_resolver(
+  std::function<host_addresses(const std::string&, std::uint16_t)> lookup) {
   auto pending = std::make_shared<std::shared_future<host_addresses>>();
-  return [pending](const std::string& host, std::uint16_t port, io_clock::time_point deadline) {
+  return [pending, lookup = std::move(lookup)](const std::string& host, std::uint16_t port,
+                                               io_clock::time_point deadline) {
     boost::system::error_code not_an_address;
     const auto address = boost::asio::ip::make_address(host, not_an_address);
     if (!not_an_address)
       return host_addresses{{{address, port}}, {}};
     if (!pending->valid()) {
+      if (running_lookups.fetch_add(1) >= max_lookup_threads) {
+        running_lookups.fetch_sub(1);
+        return host_addresses{{}, "looking up '" + host + "' waits: "
+                                    + std::to_string(max_lookup_threads)
+                                    + " lookups of this process are still running (a DNS "
+                                      "server that does not answer?)"};
+      }
       auto promise = std::make_shared<std::promise<host_addresses>>();
       auto future = promise->get_future().share();
-      start_thread("looking up '" + host + "'", [promise, host, port] {
-        try {
-          promise->set_value(lookup(host, port));
-        } catch (...) {
-          promise->set_exception(std::current_exception());
-        }
-      }).detach(); // resource_error when it cannot start: the next call tries again
+      try {
+        start_thread("looking up '" + host + "'", [promise, host, port, lookup] {
+          host_addresses found;
+          std::exception_ptr failure;
+          try {
+            found = lookup(host, port);
+          } catch (...) {
+            failure = std::current_exception();
+          }
+          running_lookups.fetch_sub(1); // first: whoever gets the answer may start another
+          if (failure)
+            promise->set_exception(failure);
+          else
+            promise->set_value(std::move(found));
+        }).detach();
+      } catch (...) { // resource_error: the next call tries again
+        running_lookups.fetch_sub(1);
+        throw;
+      }
       *pending = std::move(future);
     }
     if (pending->wait_until(deadline) != std::future_status::ready)
@@ -67,6 +98,10 @@ host_resolver system_resolver() {
     *pending = {};
     return found;
   };
+}
+
+host_resolver system_resolver() {
+  return threaded_resolver(lookup);
 }
 
 void dial_host(tcp_socket& socket, const network_address& address, std::string_view peer,

@@ -14,6 +14,8 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -33,11 +35,25 @@ struct host_addresses {
 using host_resolver = std::function<host_addresses(
   const std::string& host, std::uint16_t port, io_clock::time_point deadline)>;
 
-/// The system's resolver (getaddrinfo). Each lookup runs on a thread of its
-/// own, so the caller's wait ends at its deadline even when no DNS server
-/// answers (getaddrinfo's only limits are resolv.conf's); a lookup still
-/// running then finishes alone, and the resolver's next call waits for it
-/// instead of starting another. For one caller at a time.
+/// The most lookup threads (threaded_resolver) that may run at once in a
+/// process; a resolver that would start another reports that it waits.
+inline constexpr std::size_t max_lookup_threads = 4;
+
+/// A resolver that runs each `lookup` of a name (not of an address, which
+/// needs none) on a thread of its own, so the caller's wait ends at its
+/// deadline even when the lookup does not; a lookup still running then
+/// finishes alone, and the resolver's next call waits for it instead of
+/// starting another. At most max_lookup_threads run at once across every
+/// resolver of the process: beyond that a call starts none and reports
+/// why, and the dial's next round asks again. For one caller at a time.
+host_resolver threaded_resolver(
+  std::function<host_addresses(const std::string& host, std::uint16_t port)> lookup);
+
+/// How many lookup threads run now, across the process.
+std::size_t lookup_threads_running() noexcept;
+
+/// The system's resolver: threaded_resolver over getaddrinfo (whose only
+/// limits are resolv.conf's).
 host_resolver system_resolver();
 
 /// How long one address may take to answer before the next one is tried
