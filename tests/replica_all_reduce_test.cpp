@@ -817,3 +817,45 @@ TEST_CASE("a replica that throws while the others wait in all_reduce: run rethro
         CHECK_NOTHROW(check_still_reduces(s, n));
       }
 }
+
+namespace {
+
+/// A cross-device op written outside the library: reduces by gathering
+/// onto the first destination, as reduction_to_one_device does, and counts
+/// its calls.
+class counting_reduction final : public cross_device_ops {
+public:
+  std::string name() const override { return "counting_reduction"; }
+  std::atomic<int> calls{0};
+
+protected:
+  mirrored<tensor> reduce_implementation(reduce_op op, const per_replica<tensor>& value,
+                                         const destinations& destination) override {
+    ++calls;
+    return inner_.reduce(op, value, destination);
+  }
+
+private:
+  reduction_to_one_device inner_;
+};
+
+} // namespace
+
+TEST_CASE("ctx.all_reduce under a cross_device_ops written outside the library goes through "
+          "merge_call and its reduce, with the same results") {
+  auto ops = std::make_shared<counting_reduction>();
+  mirrored_strategy strategy{cpu_devices(3), {.cross_device_ops = ops}};
+  const auto results = strategy.run([](replica_context& ctx) {
+    const auto r = static_cast<float>(ctx.replica_id_in_sync_group());
+    return ctx.all_reduce(reduce_op::sum,
+                          std::vector<tensor>{tensor::from(std::vector<float>{r, 10 * r}),
+                                              tensor::from(std::vector<float>{1})});
+  });
+  for (const auto& per_replica_result : results.values()) {
+    REQUIRE(per_replica_result.size() == 2);
+    CHECK(per_replica_result[0].data<float>()[0] == 3.0f);
+    CHECK(per_replica_result[0].data<float>()[1] == 30.0f);
+    CHECK(per_replica_result[1].data<float>()[0] == 3.0f);
+  }
+  CHECK(ops->calls == 2); // one reduce per tensor: batch_reduce's default
+}

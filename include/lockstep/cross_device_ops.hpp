@@ -104,6 +104,8 @@ private:
   /// among themselves, one rank per device of `devices`, without the
   /// coordinator: the communicator and its default options. The default,
   /// no communicator, sends all_reduce through merge_call and batch_reduce.
+  /// Private, and typed with lockstep's internal communicator: a
+  /// cross_device_ops written outside the library keeps the default.
   virtual detail::replica_collectives
   replica_collectives(const std::vector<device_spec>& devices, const std::string& name) const;
 };
