@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 
 /// Input of rank (replica) r, element i: r + i + 1, or 1 or 2 for prod.
@@ -43,6 +44,18 @@ T expected_value(lockstep::reduce_op op, std::size_t n, std::size_t i) {
     }
   }
   return T{};
+}
+
+/// A vector of `count` elements of `type`, element i holding `value(i)`.
+inline lockstep::tensor make_input(lockstep::dtype type, std::int64_t count,
+                                   const std::function<double(std::size_t)>& value) {
+  auto t = lockstep::tensor::zeros(type, {count});
+  lockstep::visit_dtype(type, [&]<class T>(T) {
+    auto data = t.data<T>();
+    for (std::size_t i = 0; i < data.size(); ++i)
+      data[i] = static_cast<T>(value(i));
+  });
+  return t;
 }
 
 /// A reproducible stream of values: floats of mixed sign and magnitude (so
