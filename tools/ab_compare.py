@@ -35,6 +35,7 @@ SPECS = {
     "allreduce": (("table", "arm", "replicas", "tensors", "tensor_bytes"), "time_us", False),
     "variables": (("variables", "bytes", "replicas"), "lockstep_us", False),
     "training": (("replicas", "steps_per_call"), "examples_per_s", True),
+    "tcp_ring": (("workers", "size"), "time_us", False),
 }
 
 # For a bench without a spec (or rows that lack the spec's metric): the first
@@ -68,6 +69,8 @@ def row_label(bench, row):
         if row.get("replicas") == "plain loop":
             return "plain loop"
         return f"N={row['replicas']} steps/call={row.get('steps_per_call', '?')}"
+    if bench == "tcp_ring" and "workers" in row:
+        return f"W={row['workers']} {row.get('size', '?')}"
     keys = SPECS.get(bench, ((), None, False))[0] or generic_keys(row)
     return " ".join(f"{k}={row[k]}" for k in keys if k in row)
 
@@ -146,7 +149,31 @@ def fmt_ratio(r):
     return "-" if r is None else f"{r:.3f}"
 
 
+def table_to_json(log_path, json_path):
+    """bench/tcp_ring's table (worker_processes.cpp: | W | bytes | time us
+    | ...), which every commit prints, as a JSON of rows; False if the log
+    holds no row."""
+    rows = []
+    with open(log_path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) < 3 or not cells[0].isdigit():
+                continue
+            try:
+                rows.append({"workers": int(cells[0]), "size": cells[1],
+                             "time_us": float(cells[2])})
+            except ValueError:
+                continue
+    if rows:
+        with open(json_path, "w") as f:
+            json.dump({"benchmark": "tcp_ring", "rows": rows}, f, indent=2)
+    return bool(rows)
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--table-json":
+        # ab_compare.sh: a bench that prints its figures but writes no JSON.
+        return 0 if table_to_json(sys.argv[2], sys.argv[3]) else 1
     if len(sys.argv) != 2:
         sys.stderr.write(__doc__)
         return 2

@@ -2,15 +2,16 @@
 # tools/ab_compare.sh BEFORE AFTER [--rounds N] [--benches LIST] [--out DIR] [--quick]
 #
 # Is commit AFTER slower than commit BEFORE? Builds both commits side by side
-# and runs the benchmarks bench/dispatch, bench/allreduce, bench/variables
-# and bench/training for each, interleaved, then compares the medians.
+# and runs the benchmarks bench/dispatch, bench/allreduce, bench/variables,
+# bench/training and bench/tcp_ring for each, interleaved, then compares
+# the medians.
 #
 #   BEFORE, AFTER   any commit-ish (sha, branch, tag, HEAD~3); they may be equal
 #                   (an A/A run that shows the noise of the machine).
 #   --rounds N      rounds (default 5; at least 5 unless --quick, whose
 #                   default is 2).
-#   --benches LIST  comma-separated subset of dispatch,allreduce,variables,training
-#                   (default all four).
+#   --benches LIST  comma-separated subset of dispatch,allreduce,variables,training,
+#                   tcp_ring (default all five).
 #   --out DIR       results (default build/ab/results-<timestamp>).
 #   --quick         short benchmark arguments: a smoke test of the mechanics,
 #                   a few seconds per run; its figures mean little.
@@ -45,10 +46,16 @@
 #              bench and left out of the table
 #   training   1 and 2 replicas, 1 and 10 steps per call, 20 steps, 2 reps
 #              (plus the plain loop the bench measures as its baseline)
+#   tcp_ring   the all-reduce between 2 and 4 worker processes over the
+#              loopback TCP ring, 4 B, 64 KiB and 4 MiB, 3 reps of 200 ms.
+#              It writes no JSON (at older commits neither): its table,
+#              which every commit prints alike, is read from its output
+#              (ab_compare.py --table-json)
 #
 # Comparison (tools/ab_compare.py). One row per row of a bench's JSON, with
 # one headline figure: dispatch lockstep_us, allreduce time_us, variables
-# lockstep_us (lower is better), training examples_per_s (higher is better).
+# lockstep_us, tcp_ring time_us (lower is better), training examples_per_s
+# (higher is better).
 # Per row: the median over rounds of each side; ratio = after / before for
 # times and before / after for rates, so a ratio above 1 always means AFTER
 # is slower; A/A ratio = before-again vs before, the same way. A row present
@@ -80,7 +87,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_benches=(dispatch allreduce variables training)
+all_benches=(dispatch allreduce variables training tcp_ring)
 
 usage() {
   sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -154,12 +161,14 @@ if ((quick)); then
   bench_args[allreduce]="--tables 1,2 --sizes 4194304 --replicas 2 --reduce-to 0 --small-replicas 2 --reps 2 --budget-ms 10 --working-set 33554432"
   bench_args[variables]="--sizes 65536 --variables 10,100 --replicas 1,2 --reps 2"
   bench_args[training]="--replicas 1,2 --steps-per-call 1 --steps 10 --reps 1"
+  bench_args[tcp_ring]="--workers 2 --sizes 4,65536 --reps 1 --budget-ms 20"
   run_limit_s=300
 else
   bench_args[dispatch]="--iters 500 --reps 7"
   bench_args[allreduce]="--tables 1,2 --sizes 4096,65536,4194304 --replicas 2 --reduce-to 0 --small-replicas 2 --reps 3 --budget-ms 50 --working-set 67108864"
   bench_args[variables]="--sizes 65536 --variables 10,100,1000 --replicas 1,2,4 --reps 5 --limit 67108864"
   bench_args[training]="--replicas 1,2 --steps-per-call 1,10 --steps 20 --reps 2"
+  bench_args[tcp_ring]="--workers 2,4 --sizes 4,65536,4194304 --reps 3 --budget-ms 200"
   run_limit_s=1200
 fi
 for b in "${all_benches[@]}"; do
@@ -281,8 +290,15 @@ for ((round = 1; round <= rounds; ++round)); do
       log="$out/logs/$side-$b-round-$round.log"
       json="$dir/round-$round.json"
       t0=$SECONDS
+      # A bench that writes no JSON: its printed table becomes the JSON.
+      if [[ "$b" == tcp_ring ]]; then
+        json_args=()
+      else
+        json_args=(--json "$json")
+      fi
       # shellcheck disable=SC2086 # the arguments are words on purpose
-      if nice -n 10 timeout "$run_limit_s" "$exe" ${bench_args[$b]} --json "$json" >"$log" 2>&1 \
+      if nice -n 10 timeout "$run_limit_s" "$exe" ${bench_args[$b]} "${json_args[@]}" >"$log" 2>&1 \
+          && { [[ "$b" != tcp_ring ]] || python3 "$repo/tools/ab_compare.py" --table-json "$log" "$json"; } \
           && [[ -s "$json" ]]; then
         echo "ab_compare:   $b $side: $((SECONDS - t0)) s" >&2
       else
