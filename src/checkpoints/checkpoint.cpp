@@ -14,7 +14,7 @@
 #include "lockstep/checkpoint.hpp"
 
 #include "io/atomic_file.hpp"
-#include "io/checkpoint_agreement.hpp"
+#include "checkpoints/checkpoint_agreement.hpp"
 #include "runtime/error_text.hpp"
 #include "io/folder_lock.hpp"
 #include "runtime/log.hpp"

@@ -1,6 +1,6 @@
 // The workers' agreement on checkpoints: see checkpoint_agreement.hpp.
 
-#include "io/checkpoint_agreement.hpp"
+#include "checkpoints/checkpoint_agreement.hpp"
 
 #include "runtime/error_text.hpp"
 
