@@ -1,7 +1,6 @@
 #include "node/join_cancellation.hpp"
 
 #include "lockstep/error.hpp"
-#include "lockstep/multi_worker_mirrored_strategy.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -9,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace lockstep {
+namespace lockstep::detail {
 
 namespace {
 
@@ -19,15 +18,13 @@ const int cancel_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
 } // namespace
 
-void cancel_joins() noexcept {
+void cancel_joins_now() noexcept {
   cancelled.store(true);
   if (cancel_fd >= 0) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto written = ::write(cancel_fd, &one, sizeof one);
   }
 }
-
-namespace detail {
 
 bool joins_cancelled() noexcept {
   return cancelled.load();
@@ -42,6 +39,4 @@ void throw_if_joins_cancelled(const std::string& what) {
     throw cancelled_error(what + " was cancelled (cancel_joins: the program is stopping)");
 }
 
-} // namespace detail
-
-} // namespace lockstep
+} // namespace lockstep::detail

@@ -11,6 +11,10 @@
 
 namespace lockstep::detail {
 
+/// What lockstep::cancel_joins() does: an atomic store, then a write(2) to
+/// the eventfd. Safe in a signal handler.
+void cancel_joins_now() noexcept;
+
 /// True once cancel_joins() was called.
 bool joins_cancelled() noexcept;
 

@@ -9,6 +9,7 @@
 #include "devices/local_task.hpp"
 #include "node/agreed_settings.hpp"
 #include "node/cluster_node.hpp"
+#include "node/join_cancellation.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
@@ -197,6 +198,10 @@ const cluster_spec& multi_worker_mirrored_strategy::cluster() const noexcept {
 
 bool multi_worker_mirrored_strategy::is_chief() const noexcept {
   return cluster_->is_chief();
+}
+
+void cancel_joins() noexcept {
+  detail::cancel_joins_now();
 }
 
 } // namespace lockstep
