@@ -1,7 +1,7 @@
 // Distributed input: splitting global batches into per-replica batches,
 // gathering per-replica batches into steps, and TF's checks and messages.
 // The iteration itself (an input actor making steps ahead) is the
-// prefetch_channel of src/dataset_prefetch.cpp.
+// prefetch_channel of actors/prefetch_channel.cpp.
 
 #include "lockstep/distributed_dataset.hpp"
 

@@ -1,5 +1,7 @@
-// The consumer's end of dataset::prefetch: a prefetch_channel owns one
-// input actor (actors/input_actor.hpp) and the buffer it fills.
+// The consumer's end of dataset::prefetch: a prefetch_channel
+// (lockstep/detail/dataset_stages.hpp, the input layer's declaration) owns
+// one input actor (input_actor.hpp) and the buffer it fills. Defined here,
+// with the actors, so that input never includes the actor layer above it.
 
 #include "lockstep/dataset.hpp"
 #include "lockstep/runtime_options.hpp"
