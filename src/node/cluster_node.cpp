@@ -82,10 +82,13 @@ ring_watch ring_watch_of(std::vector<tcp_socket>& control, bool coordinator) {
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return true;
     const auto rank = ranks[index];
-    const auto how = got == 0 ? std::string("closed") : "failed: " + std::string(std::strerror(errno));
-    throw peer_lost_error("worker " + std::to_string(rank) + (rank == 0 ? " (the coordinator)" : "")
+    const auto how =
+      got == 0 ? std::string("closed") : "failed: " + std::string(std::strerror(errno));
+    throw peer_lost_error("worker " + std::to_string(rank)
+                          + (rank == 0 ? " (the coordinator)" : "")
                           + " left while the workers connected their ring (its control "
-                            "connection " + how + ")");
+                            "connection "
+                          + how + ")");
   };
   return watch;
 }
@@ -125,7 +128,8 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   ring_links links{rank, spec.world_size, tcp_socket(*context_), tcp_socket(*context_)};
   connect_ring(links, data, next_address, token,
                {spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)},
-               io_clock::now() + settings.join_timeout, ring_watch_of(joined.control, coordinator));
+               io_clock::now() + settings.join_timeout,
+               ring_watch_of(joined.control, coordinator));
   ring_ = std::make_shared<tcp_ring_communicator>(std::move(links), context_);
   // A killed worker's neighbours see its links close about when the
   // coordinator's word of the loss arrives: give that word a moment.
