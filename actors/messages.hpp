@@ -29,7 +29,7 @@
 
 #include "variables/variable_creation.hpp"
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 #include "runtime/error_value.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>

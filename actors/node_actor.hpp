@@ -43,7 +43,7 @@
 // and calls `on_lost` once, on its own thread: the node breaks its ring
 // there, so that every pending and later collective raises that error.
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 
 #include <caf/fwd.hpp>
 

@@ -6,7 +6,7 @@
 
 #include "actors/actor_system.hpp"
 #include "actors/messages.hpp"
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 #include "collectives/collective_group.hpp"
 #include "runtime/error_value.hpp"
 

@@ -6,7 +6,7 @@
 // joined, whose text names each setting that differs and each worker's
 // value.
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 
 #include <cstddef>
 #include <optional>

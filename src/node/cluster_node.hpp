@@ -20,7 +20,7 @@
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/tcp_ring_communicator.hpp"
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 #include "lockstep/cluster_resolver.hpp"
 
 #include <boost/asio/io_context.hpp>

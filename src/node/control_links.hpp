@@ -9,7 +9,7 @@
 // order. No CAF here: the messages are the plain structs of
 // actors/wire_messages.hpp.
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 #include "transport/tcp/socket_io.hpp"
 
 #include <chrono>

@@ -6,7 +6,7 @@
 // actors/messages.hpp). CAF appears only in the .cpp: callers see plain
 // structs and bytes.
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 #include "transport/tcp/frame.hpp"
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 
 #include <poll.h>
 

@@ -21,7 +21,7 @@
 // actors/node_actor.hpp). cancel_joins() ends either side's waits at once.
 // No CAF actor system: the messages go through CAF's serialiser only.
 
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 #include "transport/tcp/dial_host.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"

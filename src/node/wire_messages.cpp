@@ -1,4 +1,4 @@
-#include "actors/wire_messages.hpp"
+#include "node/wire_messages.hpp"
 
 #include "collectives/collective_group.hpp"
 

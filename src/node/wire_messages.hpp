@@ -7,8 +7,10 @@
 //
 // No CAF here: their inspect() functions (the wire format) and their
 // registration with CAF are in actors/messages.hpp, which lists every
-// message, local-only or not. So layers below the actors (the collective
-// session) can build and read these structs without seeing CAF.
+// message, local-only or not. So the node below the actors (the
+// rendezvous, the control links) builds and reads these structs without
+// seeing CAF. (Their namespace is still lockstep::actors, where the actors
+// that exchange them and their inspect() functions live.)
 //
 // Wire rules: every field has a fixed width (no size_t), enums travel as
 // their underlying integer and are checked when read (a value that names no
@@ -19,7 +21,7 @@
 // See docs/messages.md for the whole list and the protocol they serve.
 
 #include "lockstep/dtype.hpp"
-#include "lockstep/variable.hpp"
+#include "lockstep/variable_policies.hpp"
 
 #include "runtime/error_value.hpp"
 
