@@ -196,6 +196,24 @@ TEST_CASE("a worker killed or frozen inside an all-reduce, at each phase: every 
     }
 }
 
+TEST_CASE("a worker killed while the workers connect their ring: the others' starts end at once "
+          "with peer_lost_error, not at the join timeout") {
+  temp_folder folder;
+  // The join timeout is 300 s (the scenario's); check_survivors_and_victim
+  // waits 60 s at most.
+  auto processes = start_cluster(folder, {1, 1, 1}, {"left"}, {"LOCKSTEP_FAULT=ring-connect:kill"});
+  check_survivors_and_victim(processes, "ok left");
+  CHECK(processes.back().text().find("LOCKSTEP_FAULT: killed at ring-connect") != std::string::npos);
+  // The coordinator names worker 2 (and worker 1 too, when worker 1 had
+  // given up because of it by then).
+  const auto& coordinator = processes[0].text();
+  CHECK_MESSAGE((coordinator.find("worker 2 left while the workers connected their ring")
+                   != std::string::npos
+                 || coordinator.find("workers 1, 2 left while the workers connected their ring")
+                      != std::string::npos),
+                coordinator);
+}
+
 TEST_CASE("a frozen worker, continued after the others dropped it, says that it was cut off") {
   temp_folder folder;
   auto processes = start_cluster(folder, {1, 1, 1}, {"lost", "freeze"});

@@ -17,6 +17,10 @@
 //                 naming it
 //   lost kill|stop PHASE  the same inside an all-reduce, at PHASE (the
 //                 test sets LOCKSTEP_FAULT in the last worker's environment)
+//   left          (the test kills the last worker while it connects the
+//                 ring: LOCKSTEP_FAULT=ring-connect:kill) the others'
+//                 strategy constructors raise peer_lost_error naming who
+//                 left, long before the join timeout (300 s here)
 //   lost freeze   the last worker freezes (SIGSTOP) before a collective as
 //                 with `stop`; once the test continues it (SIGCONT), after
 //                 the others dropped it, its collective raises
@@ -663,6 +667,18 @@ int main(int argc, char** argv) {
         return 0;
       }
       throw std::runtime_error("the rendezvous succeeded");
+    }
+    if (scenario == "left") {
+      try {
+        multi_worker_mirrored_strategy s(cluster_resolver{cluster}, test_options(300s));
+      } catch (const peer_lost_error& e) {
+        const std::string text = e.what();
+        require(text.find("left while the workers connected their ring") != std::string::npos,
+                "peer_lost_error says who left while the ring connected: " + text);
+        std::printf("ok left: %s\n", e.what());
+        return 0;
+      }
+      throw std::runtime_error("the strategy started without the worker that left");
     }
     multi_worker_mirrored_strategy s(cluster_resolver{cluster}, test_options());
     if (scenario == "collectives")

@@ -4,6 +4,7 @@
 #include "node/clock_sync.hpp"
 #include "node/join_cancellation.hpp"
 #include "node/rendezvous.hpp"
+#include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
 
 #include "actors/actor_system.hpp"
@@ -75,20 +76,26 @@ ring_watch ring_watch_of(std::vector<tcp_socket>& control, bool coordinator) {
       throw_if_joins_cancelled("connecting the workers' ring");
       return true;
     }
-    std::uint8_t byte = 0;
-    const auto got = ::recv(entries[index].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (got > 0)
-      return false;
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-      return true;
-    const auto rank = ranks[index];
-    const auto how =
-      got == 0 ? std::string("closed") : "failed: " + std::string(std::strerror(errno));
-    throw peer_lost_error("worker " + std::to_string(rank)
-                          + (rank == 0 ? " (the coordinator)" : "")
-                          + " left while the workers connected their ring (its control "
-                            "connection "
-                          + how + ")");
+    // 1: bytes to read (alive); 0: closed; -1: nothing yet; else failed.
+    const auto peek = [&](std::size_t i) {
+      std::uint8_t byte = 0;
+      const auto got = ::recv(entries[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return -1;
+      return got > 0 ? 1 : got == 0 ? 0 : 2;
+    };
+    const auto state = peek(index);
+    if (state == 1 || state == -1)
+      return state == -1; // alive: no longer watched; or nothing after all
+    // Name every worker whose connection has ended by now: the one that
+    // left first, and those that gave up because of it.
+    std::vector<std::string> left;
+    for (std::size_t i = 1; i < entries.size(); ++i)
+      if (const auto now = i == index ? state : peek(i); now == 0 || now == 2)
+        left.push_back(std::to_string(ranks[i]) + (ranks[i] == 0 ? " (the coordinator)" : ""));
+    throw peer_lost_error(workers_text(left)
+                          + " left while the workers connected their ring (control connection "
+                            "closed)");
   };
   return watch;
 }

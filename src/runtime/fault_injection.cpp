@@ -57,7 +57,7 @@ fault parse(const char* text) {
   const std::string spec = text;
   const auto malformed = [&] {
     return value_error("LOCKSTEP_FAULT must be <phase>:<kill|stop>[:<n>] with phase agree, "
-                       "reduce-scatter, all-gather or fan-out and n >= 1, got '"
+                       "reduce-scatter, all-gather, fan-out or ring-connect and n >= 1, got '"
                        + spec + "'");
   };
   const auto colon = spec.find(':');
@@ -66,7 +66,7 @@ fault parse(const char* text) {
   fault f;
   f.phase = spec.substr(0, colon);
   if (f.phase != "agree" && f.phase != "reduce-scatter" && f.phase != "all-gather"
-      && f.phase != "fan-out")
+      && f.phase != "fan-out" && f.phase != "ring-connect")
     throw malformed();
   const auto rest = spec.substr(colon + 1);
   const auto second = rest.find(':');

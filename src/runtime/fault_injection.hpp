@@ -16,6 +16,8 @@
 //                   carries the data with the fingerprint)
 //   fan-out         a worker's leader holding the cross-worker result,
 //                   before its local replicas get it
+//   ring-connect    joined, in the middle of connecting the ring (its
+//                   hello sent to the next worker), not a collective
 //
 // With LOCKSTEP_FAULT_RANK=<r> and/or LOCKSTEP_FAULT_GENERATION=<g> as
 // well, only the worker of that rank and generation counts and acts (so a

@@ -4,6 +4,7 @@
 #include "transport/tcp/dial_host.hpp"
 #include "transport/tcp/little_endian.hpp"
 
+#include "runtime/fault_injection.hpp"
 #include "runtime/spin_wait.hpp"
 #include "runtime/timeline.hpp"
 
@@ -292,6 +293,20 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   const auto address = next.to_string();
   client_handshake client{token, self};
   ring_server server{links, acceptor, token, self, deadline, watch};
+  // Inside a catch block of the client side: the next worker passed the
+  // rendezvous with this token, job and generation, so a connection it
+  // closes now most likely means that it left.
+  const auto rethrow_client_failure = [&] {
+    try {
+      throw;
+    } catch (const connection_closed&) {
+      throw peer_lost_error(worker(links.next_rank()) + " at " + address
+                            + " left while the workers connected their ring (its ring "
+                              "connection closed during the handshake)");
+    } catch (...) {
+      rethrow_as_client_error(address);
+    }
+  };
   const auto read_from_next = [&](std::span<std::uint8_t> buffer) {
     if (!wait_watching({links.next.native_handle(), POLLIN, 0}, deadline, watch))
       throw timeout_error("the peer did not send before the deadline");
@@ -309,15 +324,16 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   try {
     write_all(links.next, {client.hello()}, deadline);
   } catch (...) {
-    rethrow_as_client_error(address);
+    rethrow_client_failure();
   }
+  fault_point("ring-connect");
   server.challenge();
   try {
     bytes challenge(challenge_size);
     read_from_next(challenge);
     write_all(links.next, {client.respond(challenge)}, deadline);
   } catch (...) {
-    rethrow_as_client_error(address);
+    rethrow_client_failure();
   }
   // Past a stranger that failed its response, the next connection's whole
   // handshake: the client side needs nothing more from this side.
@@ -329,7 +345,7 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
     read_from_next(acceptance);
     peer = client.finish(acceptance);
   } catch (...) {
-    rethrow_as_client_error(address);
+    rethrow_client_failure();
   }
   if (peer.rank != links.next_rank())
     throw authentication_error("the worker at " + address + " is rank "

@@ -112,8 +112,10 @@ struct ring_watch {
 /// A connection to `acceptor` that fails the handshake (a stranger,
 /// another rank) is dropped after at most handshake_timeout and the next
 /// one awaited. Every wait also watches `watch`. Throws
-/// authentication_error, timeout_error, connection_closed, and what
-/// `watch.ready` throws.
+/// authentication_error, timeout_error, connection_closed,
+/// peer_lost_error when the next worker closes its connection in the
+/// middle of the handshake (it passed the rendezvous with this token: it
+/// left), and what `watch.ready` throws.
 void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
                   const boost::asio::ip::tcp::endpoint& next_address,
                   std::span<const std::uint8_t> token, const handshake_identity& self,
