@@ -313,3 +313,13 @@ TEST_CASE("a malformed LOCKSTEP_FAULT_RANK or LOCKSTEP_FAULT_GENERATION is refus
       CHECK(end.err == std::string(name) + " must be a whole number, got '" + bad + "'");
     }
 }
+
+TEST_CASE("ring-connect, outside any collective, fires on its own arrivals only") {
+  // A worker connects its ring once per start: the phases of collectives
+  // before it (none in a real start) do not count for it.
+  const std::vector<step> walk{{"agree"}, {"ring-connect"}, {"fan-out"}, {"ring-connect"}};
+  const auto end = walk_in_child({.fault = "ring-connect:kill:2"}, walk);
+  CHECK(end.how == "killed");
+  CHECK(end.arrivals.size() == 4);
+  CHECK(end.err == "LOCKSTEP_FAULT: killed at ring-connect\n");
+}
