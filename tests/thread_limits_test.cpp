@@ -17,9 +17,9 @@
 #include "child_process.hpp"
 #include "fashion_mnist_files.hpp"
 #include "file_support.hpp"
+#include "other_uid.hpp"
 #include "worker_processes.hpp"
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,7 +30,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,25 +57,9 @@ fs::path program() {
   return fs::absolute(path);
 }
 
-/// The full path of `name` on PATH; empty if it is not there.
-std::string on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs{path != nullptr ? path : ""};
-  std::string dir;
-  while (std::getline(dirs, dir, ':'))
-    if (!dir.empty() && ::access((fs::path(dir) / name).c_str(), X_OK) == 0)
-      return (fs::path(dir) / name).string();
-  return {};
-}
-
-/// A uid with no account and, for this test's purpose, no processes: the
-/// limit counts every process and thread of the uid. (Apart from
-/// replica_start's, which lie below 70000, and from other runs' by the pid.)
-uid_t unused_uid() {
-  for (auto uid = 200000 + ::getpid() % 100000;; uid += 100000)
-    if (::getpwuid(static_cast<uid_t>(uid)) == nullptr)
-      return static_cast<uid_t>(uid);
-}
+/// other_uid.hpp's slot for this test's uid (replica_start takes 0 to 2,
+/// the probe 7): the limit counts every process and thread of the uid.
+constexpr int uid_slot = 6;
 
 /// How a run ended.
 struct outcome {
@@ -96,11 +79,10 @@ struct outcome {
 /// folder for the outputs that the uid owns.
 class workspace {
 public:
-  workspace() : uid_(unused_uid()) {
-    if (::geteuid() != 0)
-      skip_here("not root: a real thread limit needs the child to run as an otherwise unused uid");
-    if (on_path("setpriv").empty() || on_path("prlimit").empty())
-      skip_here("setpriv or prlimit (util-linux) is not installed");
+  workspace() : uid_(unused_uid(uid_slot)) {
+    // Root, and a build the uid can reach (not one under /root).
+    if (const auto why = other_uid_unusable({program().string(), "--help"}, 0); !why.empty())
+      skip_here(why);
     fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read
                                    | fs::perms::group_exec | fs::perms::others_read
                                    | fs::perms::others_exec);
@@ -108,13 +90,8 @@ public:
     // 64 training images: 2 steps of a global batch of 32; 32 test images.
     write_data(data(), 64, 32);
     fs::create_directory(outputs());
-    REQUIRE(::chown(outputs().c_str(), uid_, uid_) == 0);
-    // Can the uid run the build at all? (A build under a folder it cannot
-    // enter, such as /root, cannot be tested this way.)
-    const auto help = run_as_uid(highest_limit, {"--help"}, {});
-    if (help.status != 0)
-      skip_here("uid " + std::to_string(uid_) + " cannot run " + program().string()
-                + " (is a folder above it closed to other users?): " + help.output);
+    const auto uid = static_cast<uid_t>(std::stoul(uid_));
+    REQUIRE(::chown(outputs().c_str(), uid, uid) == 0);
   }
 
   /// The program's options for a short run with `replicas` replicas.
@@ -131,10 +108,8 @@ public:
   /// The command that runs the program with `args` as the unused uid under
   /// a limit of `nproc` processes and threads.
   std::vector<std::string> limited_argv(int nproc, const std::vector<std::string>& args) const {
-    const auto uid = std::to_string(uid_);
-    std::vector<std::string> argv{on_path("setpriv"), "--reuid=" + uid, "--regid=" + uid,
-                                  "--clear-groups", on_path("prlimit"),
-                                  "--nproc=" + std::to_string(nproc), "--", program().string()};
+    auto argv = as_uid_limited(uid_, nproc);
+    argv.push_back(program().string());
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
@@ -166,7 +141,7 @@ private:
   }
 
   temporary_directory dir_{"thread_limits"};
-  uid_t uid_;
+  std::string uid_;
   int runs_ = 0;
 };
 

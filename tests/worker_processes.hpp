@@ -137,9 +137,11 @@ inline process spawn(const std::vector<std::string>& argv,
   env.push_back(nullptr);
   process p;
   p.output = output;
-  const int error = ::posix_spawn(&p.pid, args[0], &actions, nullptr, args.data(), env.data());
+  // Found on PATH, as run_child_process finds its programs (setpriv).
+  const int error = ::posix_spawnp(&p.pid, args[0], &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
-  REQUIRE_MESSAGE(error == 0, "cannot start " << argv[0] << ": " << std::strerror(error));
+  REQUIRE_MESSAGE(error == 0,
+                  "cannot start " << argv[0] << ": " << std::string(std::strerror(error)));
   return p;
 }
 

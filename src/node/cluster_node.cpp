@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <type_traits>
 #include <variant>
 
@@ -76,22 +75,25 @@ ring_watch ring_watch_of(std::vector<tcp_socket>& control, bool coordinator) {
       throw_if_joins_cancelled("connecting the workers' ring");
       return true;
     }
-    // 1: bytes to read (alive); 0: closed; -1: nothing yet; else failed.
+    // Bytes to read: alive, and no longer watched. Nothing after all: go on
+    // watching. Otherwise (closed, or failed) the worker left.
+    enum class peeked { data, nothing, ended };
     const auto peek = [&](std::size_t i) {
       std::uint8_t byte = 0;
       const auto got = ::recv(entries[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return -1;
-      return got > 0 ? 1 : got == 0 ? 0 : 2;
+      if (got > 0)
+        return peeked::data;
+      return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+               ? peeked::nothing
+               : peeked::ended;
     };
-    const auto state = peek(index);
-    if (state == 1 || state == -1)
-      return state == -1; // alive: no longer watched; or nothing after all
+    if (const auto state = peek(index); state != peeked::ended)
+      return state == peeked::nothing;
     // Name every worker whose connection has ended by now: the one that
     // left first, and those that gave up because of it.
     std::vector<std::string> left;
     for (std::size_t i = 1; i < entries.size(); ++i)
-      if (const auto now = i == index ? state : peek(i); now == 0 || now == 2)
+      if (i == index || peek(i) == peeked::ended)
         left.push_back(std::to_string(ranks[i]) + (ranks[i] == 0 ? " (the coordinator)" : ""));
     throw peer_lost_error(workers_text(left)
                           + " left while the workers connected their ring (control connection "

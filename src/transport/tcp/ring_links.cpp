@@ -193,6 +193,22 @@ bool wait_watching(pollfd own, io_clock::time_point deadline, ring_watch& watch)
   }
 }
 
+/// Inside a catch block of connect_ring's client side: the next worker
+/// passed the rendezvous with this token, job and generation, so a
+/// connection it closes now means that it left; other failures are
+/// authenticate_client's.
+[[noreturn]] void rethrow_client_failure(std::size_t next_rank, const std::string& address) {
+  try {
+    throw;
+  } catch (const connection_closed&) {
+    throw peer_lost_error(worker(next_rank) + " at " + address
+                          + " left while the workers connected their ring (its ring "
+                            "connection closed during the handshake)");
+  } catch (...) {
+    rethrow_as_client_error(address);
+  }
+}
+
 /// The server's side of the ring's handshake with whoever connects to the
 /// acceptor, in the two halves that connect_ring interleaves with its
 /// client side: a connection that fails either half is dropped, and the
@@ -211,47 +227,53 @@ public:
   /// previous rank; its challenge is sent. A connection that sends no
   /// such hello holds this for handshake_timeout at most.
   void challenge() {
-    for (;;) {
+    do
       accept();
-      try {
-        handshake_.emplace(token_, self_);
-        bytes head(hello_head_size);
-        read(head);
-        bytes job_id(handshake_->job_id_length(head));
-        read(job_id);
-        const auto challenge = handshake_->challenge(head, job_id);
-        if (handshake_->peer().rank == links_.prev_rank()) {
-          write_all(links_.prev, {challenge}, until_);
-          // Its response follows its own turn as a server, which waits
-          // on its previous rank: the ring's deadline, not a stranger's.
-          until_ = deadline_;
-          return;
-        }
-      } catch (const handshake_refused&) {
-      } catch (const connection_closed&) {
-      } catch (const timeout_error&) {
-      }
-      links_.prev.close();
-    }
+    while (!kept_if([&] {
+      handshake_.emplace(token_, self_);
+      bytes head(hello_head_size);
+      read(head);
+      bytes job_id(handshake_->job_id_length(head));
+      read(job_id);
+      const auto challenge = handshake_->challenge(head, job_id);
+      if (handshake_->peer().rank != links_.prev_rank())
+        return false;
+      write_all(links_.prev, {challenge}, until_);
+      // Its response follows its own turn as a server, which waits on its
+      // previous rank: the ring's deadline, not a stranger's.
+      until_ = deadline_;
+      return true;
+    }));
   }
 
   /// Checks the challenged connection's response and accepts it; false
   /// (the connection dropped) when its proof fails.
   bool accept_response() {
-    try {
+    return kept_if([&] {
       bytes response(response_size);
       read(response);
       write_all(links_.prev, {handshake_->accept(response)}, until_);
       return true;
+    });
+  }
+
+private:
+  /// `step(...)` on the accepted connection: whether it passed. One that
+  /// did not, or failed as a stranger's would, is dropped.
+  template <class Step>
+  bool kept_if(Step step) {
+    bool kept = false;
+    try {
+      kept = step();
     } catch (const handshake_refused&) {
     } catch (const connection_closed&) {
     } catch (const timeout_error&) {
     }
-    links_.prev.close();
-    return false;
+    if (!kept)
+      links_.prev.close();
+    return kept;
   }
 
-private:
   void accept() {
     for (;;) {
       boost::system::error_code error;
@@ -293,24 +315,20 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   const auto address = next.to_string();
   client_handshake client{token, self};
   ring_server server{links, acceptor, token, self, deadline, watch};
-  // Inside a catch block of the client side: the next worker passed the
-  // rendezvous with this token, job and generation, so a connection it
-  // closes now most likely means that it left.
-  const auto rethrow_client_failure = [&] {
+  // A step of the client side, its failures as rethrow_client_failure's.
+  const auto as_client = [&](auto step) {
     try {
-      throw;
-    } catch (const connection_closed&) {
-      throw peer_lost_error(worker(links.next_rank()) + " at " + address
-                            + " left while the workers connected their ring (its ring "
-                              "connection closed during the handshake)");
+      return step();
     } catch (...) {
-      rethrow_as_client_error(address);
+      rethrow_client_failure(links.next_rank(), address);
     }
   };
-  const auto read_from_next = [&](std::span<std::uint8_t> buffer) {
+  const auto read_from_next = [&](std::size_t size) {
+    bytes buffer(size);
     if (!wait_watching({links.next.native_handle(), POLLIN, 0}, deadline, watch))
       throw timeout_error("the peer did not send before the deadline");
     read_exact(links.next, buffer, deadline);
+    return buffer;
   };
   // The previous rank's hello reaches us after its dial, whatever we do;
   // our challenge, after our dial and hello; and so on down the steps.
@@ -321,32 +339,17 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   // Small records (lengths, fingerprints) must not wait for Nagle's
   // delayed acknowledgements (network.md §1.5: 88 ms a round trip).
   links.next.set_option(boost::asio::ip::tcp::no_delay(true));
-  try {
-    write_all(links.next, {client.hello()}, deadline);
-  } catch (...) {
-    rethrow_client_failure();
-  }
+  as_client([&] { write_all(links.next, {client.hello()}, deadline); });
   fault_point("ring-connect");
   server.challenge();
-  try {
-    bytes challenge(challenge_size);
-    read_from_next(challenge);
-    write_all(links.next, {client.respond(challenge)}, deadline);
-  } catch (...) {
-    rethrow_client_failure();
-  }
+  as_client([&] {
+    write_all(links.next, {client.respond(read_from_next(challenge_size))}, deadline);
+  });
   // Past a stranger that failed its response, the next connection's whole
   // handshake: the client side needs nothing more from this side.
   while (!server.accept_response())
     server.challenge();
-  authenticated_peer peer;
-  try {
-    bytes acceptance(acceptance_size);
-    read_from_next(acceptance);
-    peer = client.finish(acceptance);
-  } catch (...) {
-    rethrow_client_failure();
-  }
+  const auto peer = as_client([&] { return client.finish(read_from_next(acceptance_size)); });
   if (peer.rank != links.next_rank())
     throw authentication_error("the worker at " + address + " is rank "
                                + std::to_string(peer.rank) + ", not the next rank "
