@@ -4,7 +4,7 @@
 // replica context; `scope()` and merge functions push a cross-replica mode;
 // a replica function runs in its replica's replica mode.
 
-#include "lockstep/replica_context.hpp"
+#include "lockstep/detail/replica_calls.hpp"
 
 #include <cstddef>
 

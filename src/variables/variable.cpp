@@ -10,7 +10,7 @@
 
 #include "lockstep/variable.hpp"
 
-#include "strategies/thread_mode.hpp"
+#include "replication/thread_mode.hpp"
 #include "variables/variable_state.hpp"
 
 #include "lockstep/context.hpp"
@@ -288,10 +288,6 @@ component_traits<variable>::container(const std::vector<variable>& values) {
     if (&values[r].state() != &state || values[r].component() != r)
       return std::nullopt;
   return values[0].container();
-}
-
-lockstep::strategy variable::strategy() const {
-  return state_->strategy->handle();
 }
 
 tensor variable::value() const {
