@@ -49,7 +49,7 @@ void replica_actor::execute(run_message& msg) {
   // deadline, twice as long, is only a backstop.
   begin_collectives(detail::first_collective(msg.seq), 2 * msg.timeout, msg.seq);
   {
-    detail::mode_guard mode{{&state_, context_.get()}};
+    detail::mode_guard mode{{&state_, context_.get(), replica_}};
     device_scope placement{state_.devices[replica_]};
     try {
       result.value = (*msg.fn)(*context_);

@@ -24,9 +24,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace lockstep {
+class variable;
+}
 
 namespace lockstep::detail {
 
@@ -75,6 +80,20 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// executor that runs it, and kept by it.
   virtual std::shared_ptr<replica_context> make_replica_context(std::size_t replica,
                                                                 merge_channel& channel)
+    = 0;
+
+  /// What a mirrored variable's write in replica context does, once, with
+  /// the values merged for it: posts `values` (one per copy) to `whole` as
+  /// the write `op` (a kind variable.cpp knows).
+  using merged_write = void (*)(const variable& whole, int op, std::vector<tensor> values);
+
+  /// A mirrored variable's write in replica context, which merges through
+  /// the strategy API: this replica's `value` meets the other replicas' in
+  /// a merge_call, whose merge function reduces them by `reduce` onto
+  /// `whole`'s copies (strategy_extended::reduce_to; none: replica 0's
+  /// value, broadcast_to) and passes the result to `post` with `op`.
+  virtual void merge_write(const variable& whole, std::optional<reduce_op> reduce,
+                           const tensor& value, merged_write post, int op)
     = 0;
 
   /// "mirrored_strategy(<devices>)", used in error messages.

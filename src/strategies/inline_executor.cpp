@@ -12,7 +12,7 @@ std::vector<std::any>
 inline_executor::run(std::shared_ptr<const replica_function> fn,
                      std::chrono::milliseconds) {
   // One replica on the caller's thread: nothing can stall but the caller.
-  mode_guard mode{{&state_, &context_}};
+  mode_guard mode{{&state_, &context_, 0}};
   std::optional<device_scope> placement;
   if (device_)
     placement.emplace(*device_);

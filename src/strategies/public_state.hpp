@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace lockstep::detail {
@@ -60,6 +61,9 @@ struct public_strategy_state final : strategy_state {
                                                         merge_channel& channel) override {
     return replica_context_access::share(*this, replica, channel);
   }
+
+  void merge_write(const variable& whole, std::optional<reduce_op> reduce, const tensor& value,
+                   merged_write post, int op) override;
 
   /// What strategy::extended() returns.
   strategy_extended extended{*this};

@@ -1,8 +1,11 @@
-// The strategy API over the variables below it: variable::strategy(), and
+// The strategy API over the variables below it: variable::strategy(), a
+// mirrored variable's write in replica context (its merge_call), and
 // strategy_extended's variable methods that are not updates (read_var,
 // non_slot_devices, colocate_vars_with, variable_created_in_scope,
 // synchronize; src/variables/variable_updates.cpp posts the updates).
 
+#include "lockstep/context.hpp"
+#include "lockstep/replica_context.hpp"
 #include "lockstep/strategy.hpp"
 
 #include "replication/thread_mode.hpp"
@@ -13,6 +16,22 @@
 #include "lockstep/error.hpp"
 
 #include <algorithm>
+
+namespace lockstep::detail {
+
+void public_strategy_state::merge_write(const variable& whole, std::optional<reduce_op> reduce,
+                                        const tensor& value, merged_write post, int op) {
+  get_replica_context()->merge_call(
+    [whole, reduce, post, op](lockstep::strategy& st, const per_replica<tensor>& values) {
+      auto& ext = st.extended();
+      const auto reduced = reduce ? ext.reduce_to(*reduce, values, whole)
+                                  : ext.broadcast_to(values.primary(), whole);
+      post(whole, op, reduced.values());
+    },
+    value);
+}
+
+} // namespace lockstep::detail
 
 namespace lockstep {
 
