@@ -9,8 +9,8 @@
 #include "runtime/spin_wait.hpp"
 #include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
-#include "strategies/call_numbering.hpp"
-#include "strategies/thread_mode.hpp"
+#include "replication/call_numbering.hpp"
+#include "replication/thread_mode.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
@@ -180,7 +180,7 @@ bool coordinator::stop() noexcept {
                      >> [&] { timed_out = true; });
   }
   // A replica stuck in user code cannot be cancelled; its thread and the
-  // actor system stay alive with the strategy's state (strategy_state::create).
+  // actor system stay alive with the strategy's state (strategy_state::share).
   stopped_ = down == replicas_.size();
   return stopped_;
 }
@@ -312,7 +312,6 @@ void coordinator::merge(call& c) {
   std::vector<std::any> slices;
   try {
     detail::mode_guard mode{{&state_, nullptr}};
-    auto self = state_.handle();
     detail::timeline_scope span{timeline_track_, "merge_fn", "merge"};
     if (span.active()) {
       const auto at = detail::timeline_now();
@@ -321,7 +320,7 @@ void coordinator::merge(call& c) {
                               detail::timeline_merge_flow(&state_, c.seq, c.requests[r].replica),
                               false, at);
     }
-    slices = (*fn)(self, packs);
+    slices = (*fn)(state_, packs);
     check_not_busy(); // a nested run inside the merge function timed out
   } catch (...) {
     fail(c, std::current_exception());

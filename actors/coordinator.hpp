@@ -12,7 +12,7 @@
 // workers sleep, costing ~85 us per wake-up; see docs/threading.md).
 
 #include "actors/messages.hpp"
-#include "strategies/strategy_state.hpp"
+#include "replication/strategy_state.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>

@@ -22,10 +22,9 @@
 //
 // docs/messages.md lists them all.
 //
-// Sequence numbers: see strategies/call_numbering.hpp.
+// Sequence numbers: see replication/call_numbering.hpp.
 
-#include "lockstep/replica_context.hpp"
-#include "lockstep/strategy.hpp"
+#include "lockstep/detail/replica_calls.hpp"
 
 #include "variables/variable_creation.hpp"
 

@@ -1,8 +1,8 @@
 #include "actors/replica_actor.hpp"
 
 #include "runtime/timeline.hpp"
-#include "strategies/call_numbering.hpp"
-#include "strategies/thread_mode.hpp"
+#include "replication/call_numbering.hpp"
+#include "replication/thread_mode.hpp"
 
 #include "lockstep/error.hpp"
 
@@ -22,7 +22,7 @@ replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
     timeline_track_(detail::timeline_track(
       detail::track_kind::replica,
       static_cast<std::uint32_t>(state.topology.global_replica_id(replica)))),
-    context_(detail::replica_context_access::make(state, replica, *this)) {}
+    context_(state.make_replica_context(replica, *this)) {}
 
 void replica_actor::act() {
   receive_while([this] { return !stopping_; })(
@@ -47,12 +47,12 @@ void replica_actor::execute(run_message& msg) {
   // The coordinator's deadline decides stalls and reports them with the
   // collective's state, then cancels the collectives; the replicas' own
   // deadline, twice as long, is only a backstop.
-  context_.begin_collectives(detail::first_collective(msg.seq), 2 * msg.timeout, msg.seq);
+  begin_collectives(detail::first_collective(msg.seq), 2 * msg.timeout, msg.seq);
   {
-    detail::mode_guard mode{{&state_, &context_}};
+    detail::mode_guard mode{{&state_, context_.get(), replica_}};
     device_scope placement{state_.devices[replica_]};
     try {
-      result.value = (*msg.fn)(context_);
+      result.value = (*msg.fn)(*context_);
     } catch (const replica_aborted&) {
       result.aborted = true;
     } catch (...) {
@@ -69,7 +69,7 @@ void replica_actor::execute(run_message& msg) {
   if (const auto& communicator = state_.collectives.communicator) {
     if (!result.error && !result.aborted)
       communicator->session().depart(replica_, msg.seq);
-    context_.begin_collectives(0, 2 * outer_timeout, outer_seq);
+    begin_collectives(0, 2 * outer_timeout, outer_seq);
   }
   detail::current_replica_creations() = outer_creations;
   current_seq_ = outer_seq;
@@ -124,7 +124,7 @@ std::any replica_actor::merge(std::any args,
     // A nested call that failed while this one was paused cancelled the
     // collectives numbered below its end; carry on above them.
     if (const auto& communicator = state_.collectives.communicator)
-      context_.begin_collectives(communicator->session().cancelled_below(),
+      begin_collectives(communicator->session().cancelled_below(),
                                  2 * current_timeout_, seq);
     return std::move(*reply);
   }

@@ -18,7 +18,7 @@
 #include "actors/messages.hpp"
 #include "actors/prompt_blocking_actor.hpp"
 
-#include "strategies/strategy_state.hpp"
+#include "replication/strategy_state.hpp"
 
 
 #include <chrono>
@@ -55,7 +55,8 @@ private:
   detail::strategy_state& state_;
   std::size_t replica_;
   std::uint32_t timeline_track_; // this replica's row in the timeline
-  replica_context context_;
+  /// The context the replica functions run with (strategy_state::make_replica_context).
+  std::shared_ptr<replica_context> context_;
   /// The innermost call running on this thread and its deadline per pause.
   std::uint64_t current_seq_ = 0;
   std::chrono::milliseconds current_timeout_{0};

@@ -4,7 +4,7 @@
 
 #include "lockstep/lockstep.hpp"
 
-#include "strategies/strategy_state.hpp"
+#include "strategies/public_state.hpp"
 #include "test_support.hpp"
 
 #include <doctest/doctest.h>

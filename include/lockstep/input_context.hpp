@@ -7,6 +7,7 @@
 // this header, so a program that distributes input includes
 // "lockstep/distributed_dataset.hpp" (or "lockstep/lockstep.hpp").
 
+#include "lockstep/detail/worker_sum.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/tensor.hpp"
 
@@ -126,13 +127,6 @@ void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replica
 /// distributed_dataset.hpp is included.
 template <class T>
 concept complete_type = requires { sizeof(T); };
-
-/// Multi-worker: sums `counts` element-wise over the workers, in place
-/// (one collective between them, named `tag` in its errors); with
-/// `failure` set, every worker throws that error instead. Input's joint
-/// end and checkpoints' agreement use it. Empty in one process.
-using worker_sum = std::function<void(std::span<std::int64_t> counts, std::exception_ptr failure,
-                                      const std::string& tag)>;
 
 } // namespace detail
 

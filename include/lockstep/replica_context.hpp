@@ -1,5 +1,6 @@
 #pragma once
 
+#include "lockstep/detail/replica_calls.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/nest.hpp"
@@ -27,21 +28,6 @@ namespace lockstep {
 namespace detail {
 
 struct replica_context_access;
-
-/// A merge function with its argument types erased: takes one argument pack
-/// per replica, returns one result per replica.
-using merge_function
-  = std::function<std::vector<std::any>(strategy&, std::vector<std::any>&)>;
-
-/// Where a replica's `merge_call` goes: the coordinator of an actor-based
-/// strategy, or a direct call for single-replica strategies. Only replica 0
-/// passes its merge function; the others pass nullptr.
-class merge_channel {
-public:
-  virtual ~merge_channel() = default;
-  virtual std::any merge(std::any args,
-                         std::shared_ptr<const merge_function> fn) = 0;
-};
 
 void require_replica_context(const replica_context& ctx);
 
@@ -113,7 +99,8 @@ public:
     if (replica_id_ == 0)
       erased = std::make_shared<const detail::merge_function>(
       [fn = std::decay_t<MergeFn>(std::forward<MergeFn>(merge_fn))](
-        lockstep::strategy& s, std::vector<std::any>& packs) mutable {
+        detail::strategy_state& state, std::vector<std::any>& packs) mutable {
+        auto s = detail::strategy_handle(state);
         std::vector<pack> typed;
         typed.reserve(packs.size());
         for (std::size_t r = 0; r < packs.size(); ++r) {
@@ -172,12 +159,11 @@ public:
 
   /// For the library's internals: the replica's collectives in call
   /// `epoch` get sequence numbers from `first_seq` up and wait at most
-  /// `timeout`; `first_seq` only ever rises.
+  /// `timeout`; `first_seq` only ever rises (kept by the replica's
+  /// channel, merge_channel::begin_collectives).
   void begin_collectives(std::uint64_t first_seq, std::chrono::milliseconds timeout,
                          std::uint64_t epoch) noexcept {
-    collective_floor_ = first_seq > collective_floor_ ? first_seq : collective_floor_;
-    collective_timeout_ = timeout;
-    collective_epoch_ = epoch;
+    channel_->begin_collectives(first_seq, timeout, epoch);
   }
 
 private:
@@ -217,9 +203,6 @@ private:
   detail::strategy_state* state_;
   std::size_t replica_id_;
   detail::merge_channel* channel_;
-  std::uint64_t collective_floor_ = 0;
-  std::chrono::milliseconds collective_timeout_{0};
-  std::uint64_t collective_epoch_ = 0;
 };
 
 } // namespace lockstep

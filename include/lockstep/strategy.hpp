@@ -1,6 +1,7 @@
 #pragma once
 
 #include "lockstep/cross_device_ops.hpp"
+#include "lockstep/detail/replica_calls.hpp"
 #include "lockstep/device_spec.hpp"
 #include "lockstep/input_context.hpp"
 #include "lockstep/multi_step.hpp"
@@ -39,9 +40,10 @@ namespace detail {
 
 struct strategy_state;
 struct strategy_access;
+struct public_strategy_state;
 
-/// A replica function with its arguments bound; returns the replica's result.
-using replica_function = std::function<std::any(replica_context&)>;
+/// The strategy handle of `state` (a merge function passes it on).
+strategy strategy_handle(strategy_state& state);
 
 /// Runs `fn` once per replica and returns the results in replica order.
 /// `steps`: the replica steps the call runs (a multi-step loop's count),
@@ -342,7 +344,7 @@ public:
   std::size_t num_replicas_in_sync() const noexcept;
 
 private:
-  friend struct detail::strategy_state;
+  friend struct detail::public_strategy_state;
   explicit strategy_extended(detail::strategy_state& state) : state_(&state) {}
 
   template <class F, class... Args>

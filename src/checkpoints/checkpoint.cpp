@@ -20,8 +20,8 @@
 #include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
 #include "io/safetensors.hpp"
-#include "strategies/strategy_state.hpp"
-#include "strategies/thread_mode.hpp"
+#include "strategies/public_state.hpp"
+#include "replication/thread_mode.hpp"
 #include "variables/variable_state.hpp"
 
 #include "lockstep/error.hpp"
@@ -244,9 +244,10 @@ std::uint32_t digest_of(const loaded_checkpoint& checkpoint) {
 /// The workers of `strategy` when it has several, for the agreements.
 std::optional<detail::worker_agreement> workers_of(const lockstep::strategy& strategy) {
   const auto& state = detail::strategy_access::state(strategy);
-  if (!state.worker_sum)
+  auto sum = state.sum_over_workers();
+  if (!sum)
     return std::nullopt;
-  return detail::worker_agreement{state.worker_sum, state.topology.workers,
+  return detail::worker_agreement{std::move(sum), state.topology.workers,
                                   state.topology.worker_index};
 }
 

@@ -21,7 +21,7 @@ namespace lockstep::detail {
 
 /// The workers of a multi-worker strategy, for the agreements.
 struct worker_agreement {
-  worker_sum sum; // strategy_state::worker_sum
+  worker_sum sum; // strategy_state::sum_over_workers()
   std::size_t workers = 1;
   std::size_t index = 0; // this worker's
 };

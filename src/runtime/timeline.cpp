@@ -583,7 +583,14 @@ std::uint64_t timeline_merge_flow(const void* strategy, std::uint64_t seq,
   return ((h ^ (seq << 12) ^ replica) & ((std::uint64_t{1} << 53) - 1));
 }
 
-std::shared_ptr<void> timeline_hold(std::int64_t rank) {
+/// The recorder under its name in the header (recorder's own name stays
+/// private to this file).
+class timeline_recording final : public recorder {
+public:
+  using recorder::recorder;
+};
+
+std::shared_ptr<timeline_recording> timeline_hold(std::int64_t rank) {
   const auto& options = get_runtime_options();
   if (options.timeline.empty())
     return nullptr;
@@ -593,10 +600,11 @@ std::shared_ptr<void> timeline_hold(std::int64_t rank) {
   auto& now = current();
   std::lock_guard<std::mutex> lock{now.mutex};
   if (auto running = now.recording.lock())
-    return running;
-  auto recording = std::shared_ptr<recorder>(
-    new recorder(std::move(path), timeline_window::parse(options.timeline_steps), rank),
-    [](recorder* r) {
+    return std::static_pointer_cast<timeline_recording>(running); // each one is
+  auto recording = std::shared_ptr<timeline_recording>(
+    new timeline_recording(std::move(path), timeline_window::parse(options.timeline_steps),
+                           rank),
+    [](timeline_recording* r) {
       // Under the lock, so that a recording started next opens the file
       // only once this one has written its tail.
       std::lock_guard<std::mutex> lock{current().mutex};

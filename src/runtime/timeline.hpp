@@ -138,12 +138,15 @@ private:
 std::uint64_t timeline_merge_flow(const void* strategy, std::uint64_t seq,
                                   std::size_t replica) noexcept;
 
+/// A running recording of the timeline (what timeline_hold holds).
+class timeline_recording;
+
 /// Keeps the recording of runtime_options::timeline running while held;
 /// starts one if none runs and the option names a file (for worker `rank`
 /// of several, that name with ".rank-N" after it). The last holder's
 /// release ends it and writes the file's tail. Null when no timeline is
 /// asked for; io_error when the file cannot be written.
-std::shared_ptr<void> timeline_hold(std::int64_t rank = -1);
+std::shared_ptr<timeline_recording> timeline_hold(std::int64_t rank = -1);
 
 /// Time this thread spent waiting for peers since the last take: the
 /// collectives' waits add to it (timeline_wait), and a collective's span

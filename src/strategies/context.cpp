@@ -1,11 +1,12 @@
-// Thread modes, the default strategy, and the context checks TF performs
+// The default strategy, the API's context functions over the thread modes
+// (replication/thread_mode.cpp), and the context checks TF performs
 // before cross-replica and replica-only operations.
 
 #include "lockstep/context.hpp"
 
 #include "strategies/inline_executor.hpp"
-#include "strategies/strategy_state.hpp"
-#include "strategies/thread_mode.hpp"
+#include "strategies/public_state.hpp"
+#include "replication/thread_mode.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"
@@ -16,13 +17,10 @@ namespace lockstep::detail {
 
 namespace {
 
-thread_local std::vector<thread_mode> modes;
-thread_local const update_context* innermost_update = nullptr;
-
 std::shared_ptr<strategy_state> make_default_strategy() {
-  auto state = strategy_state::create("default_strategy", {}, false,
-                                      std::make_shared<reduction_to_one_device>(),
-                                      get_runtime_options().timeout, false);
+  auto state = public_strategy_state::create("default_strategy", {}, false,
+                                             std::make_shared<reduction_to_one_device>(),
+                                             get_runtime_options().timeout, false);
   state->executor = std::make_unique<inline_executor>(*state, std::nullopt);
   return state;
 }
@@ -37,31 +35,6 @@ std::shared_ptr<strategy_state> make_default_strategy() {
 }
 
 } // namespace
-
-const thread_mode* current_mode() noexcept {
-  return modes.empty() ? nullptr : &modes.back();
-}
-
-void push_mode(thread_mode mode) {
-  modes.push_back(mode);
-}
-
-void pop_mode() noexcept {
-  modes.pop_back();
-}
-
-const update_context* current_update_context() noexcept {
-  return innermost_update;
-}
-
-update_context_guard::update_context_guard(strategy_state& strategy, std::size_t copy)
-  : outer_(innermost_update), context_{&strategy, copy}, mode_({&strategy, nullptr}) {
-  innermost_update = &context_;
-}
-
-update_context_guard::~update_context_guard() {
-  innermost_update = outer_;
-}
 
 strategy_state& default_strategy_state() {
   // Intentionally never destroyed: threads may consult it during exit.
@@ -109,7 +82,7 @@ using detail::current_mode;
 strategy get_strategy() {
   const auto* mode = current_mode();
   auto& state = mode == nullptr ? detail::default_strategy_state() : *mode->strategy;
-  return state.handle();
+  return strategy_handle(state);
 }
 
 bool has_strategy() {
@@ -126,7 +99,7 @@ std::optional<strategy> get_cross_replica_context() {
   const auto* mode = current_mode();
   if (mode == nullptr || mode->replica != nullptr)
     return std::nullopt;
-  return mode->strategy->handle();
+  return detail::strategy_handle(*mode->strategy);
 }
 
 bool in_cross_replica_context() {

@@ -9,7 +9,7 @@
 #include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
 #include "strategies/flight_dump.hpp"
-#include "strategies/strategy_state.hpp"
+#include "replication/strategy_state.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/runtime_options.hpp"

@@ -1,6 +1,6 @@
 #include "strategies/inline_executor.hpp"
 
-#include "strategies/thread_mode.hpp"
+#include "replication/thread_mode.hpp"
 
 namespace lockstep::detail {
 
@@ -12,7 +12,7 @@ std::vector<std::any>
 inline_executor::run(std::shared_ptr<const replica_function> fn,
                      std::chrono::milliseconds) {
   // One replica on the caller's thread: nothing can stall but the caller.
-  mode_guard mode{{&state_, &context_}};
+  mode_guard mode{{&state_, &context_, 0}};
   std::optional<device_scope> placement;
   if (device_)
     placement.emplace(*device_);
@@ -24,10 +24,9 @@ inline_executor::run(std::shared_ptr<const replica_function> fn,
 std::any inline_executor::merge(std::any args,
                                 std::shared_ptr<const merge_function> fn) {
   mode_guard mode{{&state_, nullptr}};
-  auto self = state_.handle();
   std::vector<std::any> packs;
   packs.push_back(std::move(args));
-  return std::move((*fn)(self, packs).at(0));
+  return std::move((*fn)(state_, packs).at(0));
 }
 
 } // namespace lockstep::detail

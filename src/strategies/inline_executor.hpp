@@ -3,7 +3,7 @@
 // Runs the single replica of the default and one-device strategies on the
 // calling thread; `merge_call` calls the merge function directly.
 
-#include "strategies/strategy_state.hpp"
+#include "strategies/public_state.hpp"
 
 #include <optional>
 

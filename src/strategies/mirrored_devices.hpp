@@ -3,7 +3,7 @@
 // What mirrored_strategy and multi_worker_mirrored_strategy share: the
 // checks of a local device list and the start of one replica per device.
 
-#include "strategies/strategy_state.hpp"
+#include "strategies/public_state.hpp"
 
 #include <string>
 #include <vector>

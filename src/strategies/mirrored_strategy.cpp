@@ -6,7 +6,7 @@
 #include "actors/coordinator.hpp"
 #include "runtime/error_text.hpp"
 #include "strategies/mirrored_devices.hpp"
-#include "strategies/strategy_state.hpp"
+#include "strategies/public_state.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/gpu.hpp"
@@ -131,8 +131,8 @@ std::shared_ptr<detail::strategy_state> make_state(std::vector<device_spec> devi
   auto ops = options.cross_device_ops ? std::move(options.cross_device_ops)
                                       : choose_the_best(devices);
   auto name = "mirrored_strategy(" + joined_devices(devices) + ")";
-  auto state = detail::strategy_state::create(std::move(name), {.local_devices = std::move(devices)},
-                                              true, std::move(ops), timeout);
+  auto state = detail::public_strategy_state::create(
+    std::move(name), {.local_devices = std::move(devices)}, true, std::move(ops), timeout);
   detail::start_replicas(*state);
   return state;
 }

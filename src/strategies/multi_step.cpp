@@ -15,7 +15,7 @@
 #include "lockstep/error.hpp"
 #include "lockstep/strategy.hpp"
 
-#include "strategies/strategy_state.hpp"
+#include "strategies/public_state.hpp"
 
 #include <atomic>
 #include <set>
@@ -110,7 +110,7 @@ void multi_step_context::set_last_step_output(const std::string& name, const ten
     return;
   }
   if (op)
-    state.last_step_outputs.insert_or_assign(name, output{state.strategy->handle().reduce(*op, value)});
+    state.last_step_outputs.insert_or_assign(name, output{detail::strategy_handle(*state.strategy).reduce(*op, value)});
   else
     state.last_step_outputs.insert_or_assign(name, output{value});
 }
@@ -127,7 +127,7 @@ void multi_step_context::set_last_step_output(const std::string& name,
     return;
   }
   if (op)
-    state.last_step_outputs.insert_or_assign(name, output{state.strategy->handle().reduce(*op, value)});
+    state.last_step_outputs.insert_or_assign(name, output{detail::strategy_handle(*state.strategy).reduce(*op, value)});
   else
     state.last_step_outputs.insert_or_assign(name, output{value});
 }
@@ -227,7 +227,7 @@ void collect_replica_outputs(detail::multi_step_state& state) {
       values.push_back(slot.last_step_outputs.at(name).first);
     const auto op = slots[first].last_step_outputs.at(name).second;
     state.last_step_outputs.insert_or_assign(
-      name, output{state.strategy->handle().reduce(op, per_replica<tensor>{std::move(values)})});
+      name, output{detail::strategy_handle(*state.strategy).reduce(op, per_replica<tensor>{std::move(values)})});
   }
   for (const auto& name : non_tensor_names) {
     check_all_set(

@@ -14,7 +14,7 @@
 #include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
 #include "strategies/mirrored_devices.hpp"
-#include "strategies/strategy_state.hpp"
+#include "strategies/public_state.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/mirrored_strategy.hpp"
@@ -33,6 +33,44 @@
 namespace lockstep {
 
 namespace {
+
+/// What a worker of the cluster gives its strategy, over the ring between
+/// the workers: the chief's initial values and the sum over the workers.
+/// Holding it keeps the node, so the cluster connections, open.
+class cluster_services final : public detail::worker_services {
+public:
+  cluster_services(std::shared_ptr<detail::cluster_node> node, std::size_t worker,
+                   std::chrono::milliseconds timeout)
+    : node_(std::move(node)), ring_(node_->ring()), worker_(worker), timeout_(timeout) {}
+
+  tensor initial_value_from_chief(const tensor& initial, const std::string& name) override {
+    auto value = initial.to(initial.device()); // a buffer of its own to receive into
+    detail::collective_options options;
+    options.timeout = timeout_;
+    options.tag = "initial value of variable '" + name + "'";
+    ring_->broadcast(worker_, 0, {&value, 1}, options);
+    return value;
+  }
+
+  detail::worker_sum sum_over_workers() const override {
+    return [ring = ring_, worker = worker_, timeout = timeout_](
+             std::span<std::int64_t> counts, std::exception_ptr failure, const std::string& tag) {
+      auto sums = tensor::from(std::vector<std::int64_t>(counts.begin(), counts.end()));
+      detail::collective_options options;
+      options.timeout = timeout;
+      options.tag = tag;
+      options.failure = std::move(failure);
+      ring->all_reduce(worker, reduce_op::sum, {&sums, 1}, {&sums, 1}, options);
+      std::copy_n(sums.data<std::int64_t>().data(), counts.size(), counts.begin());
+    };
+  }
+
+private:
+  std::shared_ptr<detail::cluster_node> node_;
+  std::remove_cvref_t<decltype(std::declval<detail::cluster_node&>().ring())> ring_;
+  std::size_t worker_;
+  std::chrono::milliseconds timeout_;
+};
 
 /// What must agree between workers: lockstep's version, the replicas per
 /// worker, then the program's settings. (The wire protocol is checked
@@ -122,8 +160,8 @@ std::shared_ptr<detail::strategy_state> start(const cluster_spec& given,
               + " of " + std::to_string(topology.workers) + ": "
               + detail::joined_device_names(devices) + ")";
   if (alone) {
-    auto state = detail::strategy_state::create(std::move(name), std::move(topology), true,
-                                                choose_the_best(devices), timeout);
+    auto state = detail::public_strategy_state::create(std::move(name), std::move(topology),
+                                                       true, choose_the_best(devices), timeout);
     detail::start_replicas(*state);
     return state;
   }
@@ -140,29 +178,10 @@ std::shared_ptr<detail::strategy_state> start(const cluster_spec& given,
   const auto worker = spec.rank;
   auto ops = std::make_shared<detail::cluster_all_reduce>(ring, worker, timeout,
                                                           spec.local_world_size);
-  auto state = detail::strategy_state::create(std::move(name), std::move(topology), true,
-                                              std::move(ops), timeout);
+  auto state = detail::public_strategy_state::create(std::move(name), std::move(topology), true,
+                                                     std::move(ops), timeout);
   detail::timeline_set_clock(node->clock().offset_ns, node->clock().error_ns);
-  state->cluster = std::move(node);
-  state->initial_value_from_chief = [ring, worker, timeout](const tensor& initial,
-                                                            const std::string& variable) {
-    auto value = initial.to(initial.device()); // a buffer of its own to receive into
-    detail::collective_options options;
-    options.timeout = timeout;
-    options.tag = "initial value of variable '" + variable + "'";
-    ring->broadcast(worker, 0, {&value, 1}, options);
-    return value;
-  };
-  state->worker_sum = [ring, worker, timeout](std::span<std::int64_t> counts,
-                                              std::exception_ptr failure, const std::string& tag) {
-    auto sums = tensor::from(std::vector<std::int64_t>(counts.begin(), counts.end()));
-    detail::collective_options options;
-    options.timeout = timeout;
-    options.tag = tag;
-    options.failure = std::move(failure);
-    ring->all_reduce(worker, reduce_op::sum, {&sums, 1}, {&sums, 1}, options);
-    std::copy_n(sums.data<std::int64_t>().data(), counts.size(), counts.begin());
-  };
+  state->services = std::make_shared<cluster_services>(std::move(node), worker, timeout);
   detail::start_replicas(*state);
   return state;
 }

@@ -1,7 +1,7 @@
 #include "lockstep/replica_context.hpp"
 
-#include "strategies/strategy_state.hpp"
-#include "strategies/thread_mode.hpp"
+#include "strategies/public_state.hpp"
+#include "replication/thread_mode.hpp"
 #include "runtime/timeline.hpp"
 
 #include <algorithm>
@@ -60,11 +60,11 @@ void throw_merge_argument_mismatch(std::size_t replica, const std::type_info& ex
 } // namespace detail
 
 strategy replica_context::strategy() const {
-  return state_->handle();
+  return detail::strategy_handle(*state_);
 }
 
 std::size_t replica_context::num_replicas_in_sync() const noexcept {
-  return state_->extended.num_replicas_in_sync();
+  return detail::public_state(*state_).extended.num_replicas_in_sync();
 }
 
 std::size_t replica_context::replica_id_in_sync_group() const {
@@ -112,10 +112,10 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
   const detail::collective_options collective{
     .timeout = options.timeout
                  ? detail::checked_timeout(*options.timeout, "communication_options")
-                 : collective_timeout_,
+                 : channel_->collective_timeout(),
     .tag = structure.empty() ? options.tag : options.tag + " " + structure,
     .chunk_bytes = collectives.defaults.chunk_bytes,
-    .epoch = collective_epoch_,
+    .epoch = channel_->collective_epoch(),
     .packing = options.bytes_per_pack
                  ? pack_options{.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0}
                  : collectives.defaults.packing};
@@ -130,13 +130,14 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
     for (const auto& v : values)
       span.args.bytes += static_cast<std::int64_t>(v.byte_size());
     // The session numbers this process's replicas: the local index.
-    span.args.seq = static_cast<std::int64_t>(
-      std::max(collectives.communicator->session().next_seq(replica_id_), collective_floor_));
+    span.args.seq = static_cast<std::int64_t>(std::max(
+      collectives.communicator->session().next_seq(replica_id_), channel_->collective_floor()));
     detail::timeline_args::copy(span.args.algorithm, state_->ops->name());
     detail::timeline_take_wait();
   }
   const auto started = span.active() ? detail::timeline_now() : 0;
-  collectives.communicator->all_reduce(rank, op, values, outputs, collective, collective_floor_);
+  collectives.communicator->all_reduce(rank, op, values, outputs, collective,
+                                       channel_->collective_floor());
   if (span.active()) {
     span.args.wait_ns = detail::timeline_take_wait();
     span.args.reduce_ns = detail::timeline_now() - started - span.args.wait_ns;
@@ -176,7 +177,7 @@ tensor replica_context::all_reduce(reduce_op op, tensor&& value,
 }
 
 std::string replica_context::collective_flight_record() const {
-  return state_->extended.collective_flight_record();
+  return detail::public_state(*state_).extended.collective_flight_record();
 }
 
 nest<tensor> replica_context::all_reduce(reduce_op op, const nest<tensor>& value,

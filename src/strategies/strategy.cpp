@@ -8,8 +8,8 @@
 #include "runtime/spin_wait.hpp"
 #include "runtime/timeline.hpp"
 #include "strategies/flight_dump.hpp"
-#include "strategies/strategy_state.hpp"
-#include "strategies/thread_mode.hpp"
+#include "strategies/public_state.hpp"
+#include "replication/thread_mode.hpp"
 
 #include "runtime/log.hpp"
 
@@ -60,7 +60,7 @@ std::vector<std::any>
 call_for_each_replica(strategy_state& state,
                       std::shared_ptr<const replica_function> fn,
                       const run_options& options, std::size_t steps) {
-  auto scope = state.handle().scope(); // checks the context as TF's run does
+  auto scope = strategy_handle(state).scope(); // checks the context as TF's run does
   if (!state.is_default() && !state.dumped.load(std::memory_order_relaxed)
       && !state.dumped.exchange(true, std::memory_order_relaxed))
     register_for_dumps(state.shared_from_this());
@@ -93,7 +93,21 @@ input_context worker_input_context(const strategy_state& state) {
 }
 
 worker_sum input_worker_sum(const strategy_state& state) {
-  return state.worker_sum;
+  return state.sum_over_workers();
+}
+
+strategy strategy_handle(strategy_state& state) {
+  return strategy_access::make(state.shared_from_this());
+}
+
+std::shared_ptr<strategy_state>
+public_strategy_state::create(std::string name, detail::topology topology, bool replicated,
+                              std::shared_ptr<cross_device_ops> ops,
+                              std::chrono::milliseconds timeout, bool records) {
+  return strategy_state::share(std::make_unique<public_strategy_state>(
+                                 std::move(name), std::move(topology), replicated,
+                                 std::move(ops), timeout),
+                               records);
 }
 
 std::size_t replica_id(const replica_context& ctx) {
@@ -187,7 +201,7 @@ std::size_t strategy::num_replicas_in_sync() const noexcept {
 }
 
 strategy_extended& strategy::extended() const noexcept {
-  return state_->extended;
+  return detail::public_state(*state_).extended;
 }
 
 std::string strategy::to_string() const {

@@ -10,13 +10,10 @@
 
 #include "lockstep/variable.hpp"
 
-#include "strategies/thread_mode.hpp"
+#include "replication/thread_mode.hpp"
 #include "variables/variable_state.hpp"
 
-#include "lockstep/context.hpp"
 #include "lockstep/error.hpp"
-#include "lockstep/replica_context.hpp"
-#include "lockstep/strategy.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -87,7 +84,7 @@ std::optional<std::size_t> own_replica(const detail::variable_state& s) {
   const auto* mode = detail::current_mode();
   if (mode == nullptr || mode->replica == nullptr || mode->strategy != s.strategy.get())
     return std::nullopt;
-  return detail::replica_id(*mode->replica); // copy i is this worker's replica i's
+  return mode->replica_index; // copy i is this worker's replica i's
 }
 
 reduce_op to_reduce_op(variable_aggregation aggregation) {
@@ -290,10 +287,6 @@ component_traits<variable>::container(const std::vector<variable>& values) {
   return values[0].container();
 }
 
-lockstep::strategy variable::strategy() const {
-  return state_->strategy->handle();
-}
-
 tensor variable::value() const {
   auto& s = *state_;
   s.await_posted(); // a posted write that failed on any copy fails this read
@@ -306,6 +299,12 @@ tensor variable::value() const {
 }
 
 namespace {
+
+/// A mirrored write in replica context, once its values are merged
+/// (strategy_state::merge_write).
+void post_merged(const variable& whole, int op, std::vector<tensor> values) {
+  whole.state().post(std::make_shared<op_write>(static_cast<write_op>(op), std::move(values)));
+}
 
 void write(const variable& var, write_op op, const tensor& x) {
   auto& s = var.state();
@@ -328,17 +327,10 @@ void write(const variable& var, write_op op, const tensor& x) {
                         "passing an explicit value for argument `aggregation` to "
                         "the variable's constructor, e.g. variable_aggregation::sum "
                         "(variable '" + s.name + "', " + op_name(op) + ")");
-    const auto whole = var.container();
-    get_replica_context()->merge_call(
-      [whole, op](lockstep::strategy& st, const per_replica<tensor>& values) {
-        auto& ext = st.extended();
-        const auto reduced
-          = whole.aggregation() == variable_aggregation::only_first_replica
-              ? ext.broadcast_to(values.primary(), whole)
-              : ext.reduce_to(to_reduce_op(whole.aggregation()), values, whole);
-        whole.state().post(std::make_shared<op_write>(op, reduced.values()));
-      },
-      x);
+    const auto reduce = s.aggregation == variable_aggregation::only_first_replica
+                          ? std::nullopt
+                          : std::optional<reduce_op>{to_reduce_op(s.aggregation)};
+    s.strategy->merge_write(var.container(), reduce, x, post_merged, static_cast<int>(op));
     return;
   }
   // Cross-replica (or default) context: every copy.

@@ -3,7 +3,7 @@
 
 #include "variables/variable_creation.hpp"
 
-#include "strategies/thread_mode.hpp"
+#include "replication/thread_mode.hpp"
 #include "variables/variable_state.hpp"
 
 #include "lockstep/error.hpp"
@@ -98,9 +98,10 @@ variable make_distributed(strategy_state& strategy, const std::string& name,
   // colocate_vars_with only accepts variables of this strategy, whose
   // copies are on the strategy's devices, so copy i stays replica i's.
   const auto& devices = colocations.empty() ? strategy.devices : colocations.back();
-  if (strategy.initial_value_from_chief) // every worker starts from the chief's value
-    return make_variable(strategy, kind, name, strategy.initial_value_from_chief(initial, name),
-                         options, devices);
+  if (strategy.services) // every worker starts from the chief's value
+    return make_variable(strategy, kind, name,
+                         strategy.services->initial_value_from_chief(initial, name), options,
+                         devices);
   return make_variable(strategy, kind, name, initial, options, devices);
 }
 

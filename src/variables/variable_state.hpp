@@ -3,7 +3,7 @@
 // The shared state behind a variable handle: its description and its
 // copies, each a variable copy (variables/variable_copy.hpp). Internal.
 
-#include "strategies/strategy_state.hpp"
+#include "replication/strategy_state.hpp"
 #include "variables/variable_copy.hpp"
 
 #include "lockstep/variable.hpp"

@@ -1,12 +1,12 @@
 // update() and update_non_slot(): an update is one write, posted to every
 // copy of the variable and applied by each copy's actor on its device's
-// executor inside an update context; and the other variable methods of
-// strategy_extended.
+// executor inside an update context. (strategy_extended's other variable
+// methods are the strategies': src/strategies/strategy_variables.cpp.)
 
-#include "lockstep/strategy.hpp"
+#include "lockstep/update.hpp"
 
 #include "runtime/completion.hpp"
-#include "strategies/thread_mode.hpp"
+#include "replication/thread_mode.hpp"
 #include "variables/variable_creation.hpp"
 #include "variables/variable_state.hpp"
 
@@ -129,46 +129,3 @@ void run_non_slot(strategy_state& state, const std::vector<device_spec>& devices
 }
 
 } // namespace lockstep::detail
-
-namespace lockstep {
-
-colocation_guard::~colocation_guard() {
-  if (pushed_)
-    detail::pop_colocation();
-}
-
-tensor strategy_extended::read_var(const variable& var) const {
-  detail::require_cross_replica_or_default_context(*state_);
-  return var.container().value();
-}
-
-std::vector<device_spec>
-strategy_extended::non_slot_devices(const std::vector<variable>& vars) const {
-  if (state_->replicated)
-    return state_->devices;
-  if (vars.empty())
-    throw value_error("non_slot_devices: no variables");
-  const auto first = std::min_element(vars.begin(), vars.end(),
-    [](const variable& a, const variable& b) { return a.name() < b.name(); });
-  return first->devices();
-}
-
-colocation_guard strategy_extended::colocate_vars_with(const variable& var) const {
-  if (var.state().strategy.get() != state_)
-    throw value_error("`colocate_vars_with` must only be passed a variable created in this "
-                      "lockstep::strategy.scope(), not: " + var.name());
-  detail::push_colocation(var.devices());
-  return colocation_guard{true};
-}
-
-bool strategy_extended::variable_created_in_scope(const variable& var) const {
-  return var.state().strategy.get() == state_;
-}
-
-void strategy_extended::synchronize() const {
-  state_->drain_device_executors();
-  if (auto error = state_->take_write_failure())
-    std::rethrow_exception(error);
-}
-
-} // namespace lockstep

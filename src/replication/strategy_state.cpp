@@ -2,7 +2,7 @@
 // strategy_state.hpp): its lifetime, its device executors, and who may use
 // its cross-replica API.
 
-#include "strategies/strategy_state.hpp"
+#include "replication/strategy_state.hpp"
 
 #include "devices/device_registry.hpp"
 #include "runtime/completion.hpp"
@@ -58,20 +58,16 @@ void destroy(strategy_state* s) {
 
 } // namespace
 
-std::shared_ptr<strategy_state> strategy_state::create(std::string name,
-                                                       detail::topology topology,
-                                                       bool replicated,
-                                                       std::shared_ptr<cross_device_ops> ops,
-                                                       std::chrono::milliseconds timeout,
-                                                       bool records) {
-  // First, so that the replicas' first events count.
+std::shared_ptr<strategy_state> strategy_state::share(std::unique_ptr<strategy_state> made,
+                                                      bool records) {
+  // Before the replicas start, so that their first events count.
+  const auto& topology = made->topology;
   const auto rank = topology.workers > 1 ? static_cast<std::int64_t>(topology.worker_index) : -1;
-  auto timeline = records ? timeline_hold(rank) : nullptr;
-  if (records)
+  if (records) {
+    made->timeline = timeline_hold(rank);
     watch_dump_signal(); // for threads started from here on; resource_error
-  auto* state = new strategy_state(std::move(name), std::move(topology), replicated,
-                                   std::move(ops), timeout);
-  state->timeline = std::move(timeline);
+  }
+  auto* state = made.release();
   return std::shared_ptr<strategy_state>(state, [](strategy_state* s) {
     // A posted write's captures may hold the last handle; an executor
     // cannot join its own thread, so another thread destroys the state.

@@ -4,7 +4,7 @@
 // replica context; `scope()` and merge functions push a cross-replica mode;
 // a replica function runs in its replica's replica mode.
 
-#include "lockstep/replica_context.hpp"
+#include "lockstep/detail/replica_calls.hpp"
 
 #include <cstddef>
 
@@ -16,7 +16,15 @@ struct thread_mode {
   strategy_state* strategy;
   /// nullptr: cross-replica context of `strategy`.
   replica_context* replica;
+  /// With `replica`: its index among this worker's replicas (whose copy of
+  /// a variable is its own).
+  std::size_t replica_index = 0;
 };
+
+/// Throws unless this thread may use `state`'s cross-replica API (also
+/// declared in lockstep/strategy.hpp, whose templates check it; defined
+/// with the default strategy, src/strategies/context.cpp).
+void require_cross_replica_or_default_context(const strategy_state& state);
 
 /// The innermost mode of this thread; nullptr in the default replica context.
 const thread_mode* current_mode() noexcept;

@@ -1,28 +1,37 @@
 #pragma once
 
 // The shared state behind a strategy handle, and the executor interface that
-// runs replica functions. Internal: not installed.
+// runs replica functions. Internal: not installed. It sits below the
+// strategy API (src/strategies, lockstep/strategy.hpp), which gives it its
+// public faces (src/strategies/public_state.hpp), so that the actors, the
+// variables and input below the API use it without including the API.
 
 #include "lockstep/cross_device_ops.hpp"
+#include "lockstep/detail/replica_calls.hpp"
+#include "lockstep/detail/worker_sum.hpp"
 #include "lockstep/device_spec.hpp"
-#include "lockstep/replica_context.hpp"
-#include "lockstep/strategy.hpp"
 
 #include "cross_device_ops/replica_collectives.hpp"
-#include "strategies/topology.hpp"
 #include "devices/device_executor.hpp"
+#include "replication/topology.hpp"
+#include "replication/worker_services.hpp"
+#include "runtime/timeline.hpp"
 
 #include <any>
 #include <atomic>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace lockstep {
+class variable;
+}
 
 namespace lockstep::detail {
 
@@ -44,53 +53,54 @@ public:
   virtual bool stop() noexcept { return true; }
 };
 
-/// The library's way to a strategy handle's private constructor and state
-/// (public signatures name no detail type).
-struct strategy_access {
-  static lockstep::strategy make(std::shared_ptr<strategy_state> state) noexcept {
-    return lockstep::strategy{std::move(state)};
-  }
-  static strategy_state& state(const lockstep::strategy& s) noexcept { return s.state(); }
-};
-
-/// The library's way to replica_context's private constructor: the
-/// executors make one context per replica.
-struct replica_context_access {
-  static replica_context make(strategy_state& state, std::size_t replica_id,
-                              merge_channel& channel) noexcept {
-    return replica_context{state, replica_id, channel};
-  }
-  /// The replica's index among its worker's replicas.
-  static std::size_t local_id(const replica_context& ctx) noexcept { return ctx.replica_id_; }
-};
-
+/// A strategy's state. The strategies make it as a public_strategy_state
+/// (src/strategies/public_state.hpp), which adds what only the API knows:
+/// the strategy_extended of its handles, and the replica contexts.
 struct strategy_state : std::enable_shared_from_this<strategy_state> {
-  /// The state of a new strategy. When the last handle goes, the replicas
-  /// stop and the state is deleted, unless a replica is still stuck in user
-  /// code: then the state is kept (never freed) so that code stays valid.
-  /// `name` names the strategy in errors ("mirrored_strategy(<devices>)");
-  /// `replicated`: see the member. It holds the timeline's recording
-  /// (`timeline`) unless `records` is false (the default strategy, which
-  /// is never destroyed and would never end one).
-  static std::shared_ptr<strategy_state> create(std::string name, detail::topology topology,
-                                                bool replicated,
-                                                std::shared_ptr<cross_device_ops> ops,
-                                                std::chrono::milliseconds timeout,
-                                                bool records = true);
+  /// Shares a new strategy's `state`. When the last handle goes, the
+  /// replicas stop and the state is deleted, unless a replica is still
+  /// stuck in user code: then the state is kept (never freed) so that code
+  /// stays valid. It holds the timeline's recording (`timeline`) unless
+  /// `records` is false (the default strategy, which is never destroyed and
+  /// would never end one).
+  static std::shared_ptr<strategy_state> share(std::unique_ptr<strategy_state> state,
+                                               bool records = true);
 
+  /// `name` names the strategy in errors ("mirrored_strategy(<devices>)");
+  /// `replicated`: see the member.
   strategy_state(std::string name, detail::topology topology, bool replicated,
                  std::shared_ptr<cross_device_ops> ops, std::chrono::milliseconds timeout);
+  virtual ~strategy_state() = default;
 
   strategy_state(const strategy_state&) = delete;
   strategy_state& operator=(const strategy_state&) = delete;
+
+  /// The context replica `replica` (of this worker) runs its functions
+  /// with, merging through `channel`; made once per replica by the
+  /// executor that runs it, and kept by it.
+  virtual std::shared_ptr<replica_context> make_replica_context(std::size_t replica,
+                                                                merge_channel& channel)
+    = 0;
+
+  /// What a mirrored variable's write in replica context does, once, with
+  /// the values merged for it: posts `values` (one per copy) to `whole` as
+  /// the write `op` (a kind variable.cpp knows).
+  using merged_write = void (*)(const variable& whole, int op, std::vector<tensor> values);
+
+  /// A mirrored variable's write in replica context, which merges through
+  /// the strategy API: this replica's `value` meets the other replicas' in
+  /// a merge_call, whose merge function reduces them by `reduce` onto
+  /// `whole`'s copies (strategy_extended::reduce_to; none: replica 0's
+  /// value, broadcast_to) and passes the result to `post` with `op`.
+  virtual void merge_write(const variable& whole, std::optional<reduce_op> reduce,
+                           const tensor& value, merged_write post, int op)
+    = 0;
 
   /// "mirrored_strategy(<devices>)", used in error messages.
   const std::string& name() const noexcept { return name_; }
 
   /// True for the process's default strategy (default_strategy_state()).
   bool is_default() const noexcept;
-
-  lockstep::strategy handle() { return strategy_access::make(shared_from_this()); }
 
   const detail::topology topology;
   /// This worker's devices, one replica each (topology.local_devices).
@@ -102,7 +112,6 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   const bool replicated;
   const std::shared_ptr<cross_device_ops> ops;
   const std::chrono::milliseconds timeout;
-  strategy_extended extended{*this};
 
   /// The thread using the cross-replica API right now, and its nesting depth
   /// (a `run` inside a merge function is nested on the same thread).
@@ -136,21 +145,21 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// goes through merge_call.
   detail::replica_collectives collectives;
 
-  /// Multi-worker: a new distributed variable's initial value, as the
-  /// chief's (broadcast from it, matched by name); null in one process.
-  std::function<tensor(const tensor& initial, const std::string& name)> initial_value_from_chief;
+  /// Multi-worker: what the worker gives its strategy (the chief's initial
+  /// values, the sum over the workers), kept while the strategy lives and
+  /// let go after its replicas stop, which closes the cluster connections;
+  /// null in one process.
+  std::shared_ptr<worker_services> services;
 
-  /// Multi-worker: sums counts over the workers (input's joint end);
-  /// empty in one process.
-  detail::worker_sum worker_sum;
+  /// The sum over the workers (services->sum_over_workers()); empty in one
+  /// process.
+  detail::worker_sum sum_over_workers() const {
+    return services ? services->sum_over_workers() : detail::worker_sum{};
+  }
 
-  /// Multi-worker: this process's cluster connections (node/cluster_node),
-  /// kept while the strategy lives and closed after its replicas stop.
-  std::shared_ptr<void> cluster;
-
-  /// The timeline's recording (runtime/timeline.hpp), kept while the
-  /// strategy lives; null when none is asked for.
-  std::shared_ptr<void> timeline;
+  /// The timeline's recording, kept while the strategy lives; null when
+  /// none is asked for.
+  std::shared_ptr<timeline_recording> timeline;
   /// Whether dump_flight_recorders covers this strategy: from its first
   /// dispatch on, when it is fully built.
   std::atomic<bool> dumped{false};
