@@ -1,5 +1,5 @@
 // tcp_ring: the all-reduce between worker processes on this host over the
-// authenticated loopback TCP ring (src/transport/tcp/ring_collectives.hpp),
+// authenticated loopback TCP ring (src/collectives/ring_collectives.hpp),
 // next to the bound the kernel allows, measured in the same run.
 //
 // How it works. For each worker count W the benchmark forks W processes.
@@ -25,7 +25,7 @@
 // Internals only (ring_links, ring_all_reduce): the strategy over this ring
 // comes with the multi-worker strategy.
 
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
 
 #include "bench_support.hpp"
 #include "worker_processes.hpp"

@@ -10,11 +10,11 @@
 // past strangers at a worker's port, and ended by what it watches. No
 // actor system: suite 'unit', so it runs under ThreadSanitizer too.
 
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
 
 #include "loopback_ring.hpp"
 #include "transport/tcp/authenticate.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include "test_support.hpp"
 #include "file_support.hpp"

@@ -2,7 +2,7 @@
 
 #include "transport/tcp/authenticate.hpp"
 #include "transport/tcp/dial_host.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include "runtime/fault_injection.hpp"
 #include "runtime/spin_wait.hpp"

@@ -49,7 +49,7 @@
 #include "lockstep/dtype.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "transport/tcp/ring_links.hpp"
-#include "transport/tcp/ring_records.hpp"
+#include "collectives/ring_records.hpp"
 
 namespace lockstep::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
 
 #include "devices/elementwise_loops.hpp"
 #include "runtime/fault_injection.hpp"

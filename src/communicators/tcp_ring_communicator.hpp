@@ -38,7 +38,7 @@
 #include "collectives/communicator.hpp"
 #include "runtime/error_value.hpp"
 #include "transport/tcp/ring_links.hpp"
-#include "transport/tcp/ring_records.hpp"
+#include "collectives/ring_records.hpp"
 
 namespace lockstep::detail {
 

@@ -1,8 +1,8 @@
-#include "transport/tcp/tcp_ring_communicator.hpp"
+#include "communicators/tcp_ring_communicator.hpp"
 
 #include "collectives/allreduce_slices.hpp"
 #include "runtime/error_text.hpp"
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
 
 #include "lockstep/error.hpp"
 
