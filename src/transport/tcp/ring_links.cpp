@@ -114,7 +114,7 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
     if (spin_until_ready(fds, budget))
       continue;
     if (!poll_until(fds, deadline))
-      throw ring_deadline_passed(received < in.size()
+      throw link_deadline_passed(received < in.size()
                             ? "no data came from " + worker(links.prev_rank())
                                 + " before the deadline"
                             : worker(links.next_rank())
