@@ -23,6 +23,9 @@
 // lost peer breaks the group; a deadline is explained, then breaks it):
 // link_closed naming the rank whose end is gone, and link_deadline_passed
 // naming the rank waited for. A failed link is not used again.
+//
+// A rank's link is used by one thread at a time (its rank's); what an
+// implementation offers to other threads (tcp_link::shut_down) it says.
 
 #include <chrono>
 #include <cstddef>
