@@ -1,5 +1,6 @@
 // tcp_ring: the all-reduce between worker processes on this host over the
-// authenticated loopback TCP ring (src/transport/tcp/ring_collectives.hpp),
+// authenticated loopback TCP ring (src/collectives/ring_collectives.hpp over
+// src/transport/tcp/tcp_link.hpp),
 // next to the bound the kernel allows, measured in the same run.
 //
 // How it works. For each worker count W the benchmark forks W processes.
@@ -22,10 +23,11 @@
 // algbw is P / (2(W−1)); "of bound" is algbw over it. The median of --reps
 // samples.
 //
-// Internals only (ring_links, ring_all_reduce): the strategy over this ring
+// Internals only (tcp_link, ring_all_reduce): the strategy over this ring
 // comes with the multi-worker strategy.
 
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
+#include "transport/tcp/tcp_link.hpp"
 
 #include "bench_support.hpp"
 #include "worker_processes.hpp"
@@ -82,7 +84,7 @@ double seconds_since(clock_type::time_point start) {
 }
 
 /// Connects rank `rank` of a ring of `world` processes on loopback.
-ring_links connect_worker(asio::io_context& context, std::size_t rank, std::size_t world,
+tcp_link connect_worker(asio::io_context& context, std::size_t rank, std::size_t world,
                           const std::vector<asio::ip::tcp::endpoint>& endpoints, int listen_fd) {
   asio::ip::tcp::acceptor acceptor(context);
   acceptor.assign(asio::ip::tcp::v4(), listen_fd);
@@ -90,14 +92,14 @@ ring_links connect_worker(asio::io_context& context, std::size_t rank, std::size
   connect_ring(links, acceptor, endpoints[(rank + 1) % world], token,
                {"tcp-ring-bench", 0, static_cast<std::uint32_t>(rank)},
                io_clock::now() + std::chrono::seconds{30});
-  return links;
+  return tcp_link(std::move(links));
 }
 
 /// Rank 0's median seconds per all-reduce, one per size.
-std::vector<double> all_reduce_times(ring_links& links, const options& opts) {
-  const auto rank = links.rank;
-  const auto world = links.world;
-  const auto deadline = [] { return io_clock::now() + std::chrono::seconds{120}; };
+std::vector<double> all_reduce_times(tcp_link& links, const options& opts) {
+  const auto rank = links.rank();
+  const auto world = links.size();
+  const auto deadline = [&] { return links.now() + std::chrono::seconds{120}; };
   std::vector<double> results;
   for (const auto size : opts.sizes) {
     const auto elements = size / 4;
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
               rate / 1e9);
   print_worker_table_header();
   for (const auto world : opts.workers) {
-    const auto seconds = run_ring(world, opts.sizes.size(), [&](ring_links& links) {
+    const auto seconds = run_ring(world, opts.sizes.size(), [&](tcp_link& links) {
       return all_reduce_times(links, opts);
     });
     if (seconds.empty()) {

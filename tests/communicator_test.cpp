@@ -5,7 +5,7 @@
 // threads, so this also runs under ThreadSanitizer.
 
 #include "collectives/hierarchical_communicator.hpp"
-#include "transport/shm/shm_communicator.hpp"
+#include "communicators/shm_communicator.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/reduce_op.hpp"

@@ -4,7 +4,7 @@
 // GPUs of one physical GPU (the gpu suite's strategy tests); here it runs
 // on plain threads, so it also runs under ThreadSanitizer.
 
-#include "transport/device/device_communicator.hpp"
+#include "communicators/device_communicator.hpp"
 
 #include "cross_device_ops/replica_collectives.hpp"
 

@@ -1,9 +1,10 @@
 #pragma once
 
 // `world` workers' ring links over loopback, connected and authenticated
-// (connect_ring), with one thread per worker to run work on them.
+// (connect_ring), each behind a tcp_link, with one thread per worker to run
+// work on them.
 
-#include "transport/tcp/ring_links.hpp"
+#include "transport/tcp/tcp_link.hpp"
 
 #include <doctest/doctest.h>
 
@@ -35,19 +36,19 @@ public:
     for (std::size_t r = 0; r < world; ++r) {
       acceptors_.push_back(std::make_unique<asio::ip::tcp::acceptor>(
         context_, asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}));
-      links_.push_back(std::make_unique<ring_links>(
+      links_.push_back(std::make_unique<tcp_link>(
         ring_links{r, world, tcp_socket(context_), tcp_socket(context_)}));
     }
-    run([&](ring_links& links) {
-      const auto r = links.rank;
-      connect_ring(links, *acceptors_[r], acceptors_[(r + 1) % world]->local_endpoint(), token,
+    run([&](tcp_link& links) {
+      const auto r = links.rank();
+      connect_ring(links.connections(), *acceptors_[r], acceptors_[(r + 1) % world]->local_endpoint(), token,
                    {"ring-test", 0, static_cast<std::uint32_t>(r)}, io_clock::now() + 10s);
     });
   }
 
   /// Runs `work` on every worker's thread; returns what each threw (null
   /// for none). A worker that throws closes its links, as a node does.
-  std::vector<std::exception_ptr> try_run(const std::function<void(ring_links&)>& work) {
+  std::vector<std::exception_ptr> try_run(const std::function<void(tcp_link&)>& work) {
     std::vector<std::exception_ptr> errors(links_.size());
     std::vector<std::thread> threads;
     for (std::size_t r = 0; r < links_.size(); ++r)
@@ -65,7 +66,7 @@ public:
   }
 
   /// try_run, failing the test if a worker threw.
-  void run(const std::function<void(ring_links&)>& work) {
+  void run(const std::function<void(tcp_link&)>& work) {
     for (const auto& error : try_run(work))
       if (error)
         try {
@@ -76,12 +77,12 @@ public:
   }
 
   /// The links, for a communicator to own (the ring must outlive it).
-  ring_links take(std::size_t rank) { return std::move(*links_[rank]); }
+  ring_links take(std::size_t rank) { return std::move(links_[rank]->connections()); }
 
 private:
   asio::io_context context_;
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;
-  std::vector<std::unique_ptr<ring_links>> links_;
+  std::vector<std::unique_ptr<tcp_link>> links_;
 };
 
 } // namespace lockstep::detail::test

@@ -7,10 +7,10 @@
 // recorder's last 16 entries. One thread per replica, no actor system:
 // suite 'unit'.
 
-#include "transport/tcp/tcp_ring_communicator.hpp"
+#include "communicators/tcp_ring_communicator.hpp"
 
 #include "collectives/hierarchical_communicator.hpp"
-#include "transport/shm/shm_communicator.hpp"
+#include "communicators/shm_communicator.hpp"
 
 #include "file_support.hpp"
 #include "loopback_ring.hpp"

@@ -1,4 +1,5 @@
-// The ring collectives between workers (src/transport/tcp/ring_*.hpp), with
+// The ring collectives (src/collectives/ring_*.hpp) between workers over
+// their TCP link (src/transport/tcp/tcp_link.hpp, ring_links.hpp), with
 // one thread per worker and authenticated loopback connections: all-reduce
 // for 1 to 4 workers, sizes 0, 1, not divisible by the world, several
 // segments and several chunks per segment, every dtype and op, against
@@ -10,11 +11,12 @@
 // past strangers at a worker's port, and ended by what it watches. No
 // actor system: suite 'unit', so it runs under ThreadSanitizer too.
 
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
 
 #include "loopback_ring.hpp"
+#include "ring_values.hpp"
 #include "transport/tcp/authenticate.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include "test_support.hpp"
 #include "file_support.hpp"
@@ -45,72 +47,9 @@
 using namespace lockstep;
 using namespace lockstep::detail;
 using lockstep::detail::test::loopback_ring;
+using namespace lockstep::detail::test::ring_values;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
-
-namespace {
-
-/// Worker r's element i: small integers, so every dtype holds every sum,
-/// min, max and product exactly.
-long long value(std::size_t i, std::size_t r, reduce_op op) {
-  if (op == reduce_op::prod)
-    return static_cast<long long>((i + r) % 3 + 1);
-  return static_cast<long long>((i * 7 + r * 3) % 11) - 5;
-}
-
-/// The expected element, computed exactly and converted once, as the ring
-/// does (MEAN: the sum divided in T, halves in float).
-template <class T>
-T expected(std::size_t i, std::size_t world, reduce_op op) {
-  long long acc = value(i, 0, op);
-  for (std::size_t r = 1; r < world; ++r) {
-    const auto x = value(i, r, op);
-    switch (op) {
-      case reduce_op::sum:
-      case reduce_op::mean:
-        acc += x;
-        break;
-      case reduce_op::min:
-        acc = std::min(acc, x);
-        break;
-      case reduce_op::max:
-        acc = std::max(acc, x);
-        break;
-      case reduce_op::prod:
-        acc *= x;
-        break;
-    }
-  }
-  if (op != reduce_op::mean)
-    return static_cast<T>(static_cast<float>(acc));
-  if constexpr (is_half_v<T>)
-    return T(static_cast<float>(acc) / static_cast<float>(world));
-  else if constexpr (std::is_floating_point_v<T>)
-    return static_cast<T>(static_cast<T>(acc) / static_cast<T>(world));
-  else
-    return static_cast<T>(acc / static_cast<long long>(world));
-}
-
-template <class T>
-bool same_value(T a, T b) {
-  if constexpr (is_half_v<T>)
-    return static_cast<float>(a) == static_cast<float>(b);
-  else
-    return a == b;
-}
-
-collective_fingerprint fingerprint_of(std::uint64_t seq, reduce_op op, dtype type,
-                                      std::size_t elements) {
-  collective_fingerprint f;
-  f.seq = seq;
-  f.op = "all_reduce";
-  f.reduction = std::string(to_string(op));
-  f.dtype = type;
-  f.shape = {static_cast<std::int64_t>(elements)};
-  return f;
-}
-
-} // namespace
 
 TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the segments") {
   for (std::size_t world = 1; world <= 4; ++world) {
@@ -122,7 +61,7 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
     // segment a chunk more than the others, so the interleaved last step
     // meets segments of different chunk counts.
     const std::vector<std::size_t> sizes{0, 1, world + 1, 40'003, 200'003, world * 65'536 + 1};
-    workers.run([&](ring_links& links) {
+    workers.run([&](tcp_link& links) {
       ring_records records; // as a communicator keeps them, across collectives
       std::uint64_t seq = 0;
       for (const auto type : {dtype::f32, dtype::f64, dtype::i32, dtype::i64, dtype::f16,
@@ -133,19 +72,19 @@ TEST_CASE("ring all-reduce: 1 to 4 workers, every dtype and op, sizes around the
             visit_dtype(type, [&]<class T>(T) {
               std::vector<T> data(elements);
               for (std::size_t i = 0; i < elements; ++i)
-                data[i] = static_cast<T>(static_cast<float>(value(i, links.rank, op)));
+                data[i] = static_cast<T>(static_cast<float>(value(i, links.rank(), op)));
               const auto deadline = io_clock::now() + 20s;
               ring_all_reduce(links, records, fingerprint_of(++seq, op, type, elements), nullptr,
                               op, type,
                               {reinterpret_cast<std::uint8_t*>(data.data()), elements * sizeof(T)},
                               deadline);
               for (std::size_t i = 0; i < elements; ++i)
-                if (!same_value(data[i], expected<T>(i, links.world, op))) {
-                  FAIL("worker " << links.rank << " of " << links.world << ": "
+                if (!same_value(data[i], expected<T>(i, links.size(), op))) {
+                  FAIL("worker " << links.rank() << " of " << links.size() << ": "
                                  << to_string(type) << " " << to_string(op) << " of "
                                  << elements << " elements, element " << i << " is "
                                  << static_cast<float>(data[i]) << ", expected "
-                                 << static_cast<float>(expected<T>(i, links.world, op)));
+                                 << static_cast<float>(expected<T>(i, links.size(), op)));
                   return;
                 }
             });
@@ -161,13 +100,13 @@ TEST_CASE("ring all-reduce: the agreement's own pass and the bare ring give the 
     CAPTURE(world);
     loopback_ring workers(world);
     std::vector<std::vector<std::vector<float>>> results(world); // by worker, size, path
-    workers.run([&](ring_links& links) {
+    workers.run([&](tcp_link& links) {
       ring_records records;
       std::uint64_t seq = 0;
       for (const std::size_t elements : {1, 3, 1000, 40'003}) {
         std::vector<float> data(elements);
         for (std::size_t i = 0; i < elements; ++i)
-          data[i] = 0.1f * static_cast<float>(links.rank + 1) + 1e-3f * static_cast<float>(i);
+          data[i] = 0.1f * static_cast<float>(links.rank() + 1) + 1e-3f * static_cast<float>(i);
         auto bare = data;
         const auto deadline = io_clock::now() + 20s;
         ring_all_reduce(links, records, fingerprint_of(++seq, reduce_op::sum, dtype::f32, elements),
@@ -175,8 +114,8 @@ TEST_CASE("ring all-reduce: the agreement's own pass and the bare ring give the 
                         {reinterpret_cast<std::uint8_t*>(data.data()), elements * 4}, deadline);
         ring_all_reduce(links, reduce_op::sum, dtype::f32,
                         {reinterpret_cast<std::uint8_t*>(bare.data()), elements * 4}, deadline);
-        results[links.rank].push_back(std::move(data));
-        results[links.rank].push_back(std::move(bare));
+        results[links.rank()].push_back(std::move(data));
+        results[links.rank()].push_back(std::move(bare));
       }
     });
     for (std::size_t r = 0; r < world; ++r)
@@ -199,30 +138,30 @@ TEST_CASE("frames arrive whole and in order, however far a read reaches; an over
   const auto second = frame_of("the next frame, longer than the first");
   const auto theirs = frame_of(std::string(100, 'x'));
   loopback_ring workers(2);
-  const auto errors = workers.try_run([&](ring_links& links) {
+  const auto errors = workers.try_run([&](tcp_link& links) {
     const auto deadline = io_clock::now() + 5s;
     bytes in;
-    if (links.rank == 0) {
+    if (links.rank() == 0) {
       auto both = first;
       both.insert(both.end(), second.begin(), second.end());
-      links.exchange(both, {}, deadline);
+      links.connections().exchange(both, {}, deadline);
       for (int i = 0; i < 2; ++i) {
-        links.exchange_frame({}, in, 1000, deadline);
+        links.connections().exchange_frame({}, in, 1000, deadline);
         CHECK(in == theirs);
       }
       bytes huge(8);
       store_le(huge.data(), std::uint64_t{1} << 40);
-      links.exchange(huge, {}, deadline);
+      links.connections().exchange(huge, {}, deadline);
       return;
     }
     std::this_thread::sleep_for(100ms); // both frames wait in the socket
     // Each read reaches as far as the 108 bytes this worker sends: the
     // first takes the whole first frame and the start of the second.
-    links.exchange_frame(theirs, in, 1000, deadline);
+    links.connections().exchange_frame(theirs, in, 1000, deadline);
     CHECK(in == first);
-    links.exchange_frame(theirs, in, 1000, deadline);
+    links.connections().exchange_frame(theirs, in, 1000, deadline);
     CHECK(in == second);
-    links.exchange_frame({}, in, 1000, deadline);
+    links.connections().exchange_frame({}, in, 1000, deadline);
   });
   CHECK(errors[0] == nullptr);
   const auto refused = error_of<connection_closed>([&] { std::rethrow_exception(errors[1]); });
@@ -231,16 +170,16 @@ TEST_CASE("frames arrive whole and in order, however far a read reaches; an over
 
 TEST_CASE("ring all-gather and broadcast") {
   loopback_ring workers(3);
-  workers.run([](ring_links& links) {
+  workers.run([](tcp_link& links) {
     std::vector<std::uint8_t> blocks(3 * 5, 0);
     for (std::size_t i = 0; i < 5; ++i)
-      blocks[links.rank * 5 + i] = static_cast<std::uint8_t>(10 * links.rank + i);
+      blocks[links.rank() * 5 + i] = static_cast<std::uint8_t>(10 * links.rank() + i);
     ring_all_gather(links, blocks, io_clock::now() + 5s);
     for (std::size_t r = 0; r < 3; ++r)
       for (std::size_t i = 0; i < 5; ++i)
         CHECK(blocks[r * 5 + i] == 10 * r + i);
     for (std::size_t root = 0; root < 3; ++root) {
-      std::vector<std::uint8_t> data(100'000, static_cast<std::uint8_t>(links.rank));
+      std::vector<std::uint8_t> data(100'000, static_cast<std::uint8_t>(links.rank()));
       ring_broadcast(links, root, data, io_clock::now() + 5s);
       CHECK(data == std::vector<std::uint8_t>(100'000, static_cast<std::uint8_t>(root)));
     }
@@ -252,7 +191,7 @@ TEST_CASE("workers that issue different collectives all get the same error, befo
   const auto expect_everywhere = [&](const std::function<collective_fingerprint(std::size_t)>& f,
                                      const std::string& part, auto error_type) {
     const auto errors = workers.try_run(
-      [&](ring_links& links) { ring_agree(links, f(links.rank), io_clock::now() + 5s); });
+      [&](tcp_link& links) { ring_agree(links, f(links.rank()), io_clock::now() + 5s); });
     std::string first;
     for (std::size_t r = 0; r < 3; ++r) {
       const auto message = error_of<decltype(error_type)>([&] { std::rethrow_exception(errors[r]); });
@@ -268,8 +207,8 @@ TEST_CASE("workers that issue different collectives all get the same error, befo
     },
     "worker 0 has dtype float32 but worker 1 has dtype float64", dtype_error(""));
   loopback_ring again(3); // the first ring's workers closed their links
-  const auto errors = again.try_run([](ring_links& links) {
-    ring_agree(links, fingerprint_of(1, reduce_op::sum, dtype::f32, links.rank == 2 ? 8 : 4),
+  const auto errors = again.try_run([](tcp_link& links) {
+    ring_agree(links, fingerprint_of(1, reduce_op::sum, dtype::f32, links.rank() == 2 ? 8 : 4),
                io_clock::now() + 5s);
   });
   for (const auto& error : errors) {
@@ -289,8 +228,8 @@ TEST_CASE("small all-reduces carry the fingerprint with the data: a mismatch or 
   };
   std::vector<std::vector<outcome>> outcomes(world); // by worker, then case
   std::vector<std::vector<float>> sums(world);
-  workers.run([&](ring_links& links) {
-    const auto rank = links.rank;
+  workers.run([&](tcp_link& links) {
+    const auto rank = links.rank();
     ring_records records;
     std::uint64_t seq = 0;
     // Worker `odd` issues `odd_elements` of `odd_type` (or fails), the others
@@ -349,9 +288,9 @@ TEST_CASE("a worker that dies mid-collective fails the others at once; a frozen 
   SUBCASE("killed") {
     loopback_ring workers(3);
     const auto start = io_clock::now();
-    const auto errors = workers.try_run([](ring_links& links) {
+    const auto errors = workers.try_run([](tcp_link& links) {
       std::vector<float> data(2'000'000, 1.0f); // several MiB: beyond the socket buffers
-      if (links.rank == 2) {
+      if (links.rank() == 2) {
         links.close(); // as if the process died
         throw std::runtime_error("killed");
       }
@@ -365,8 +304,8 @@ TEST_CASE("a worker that dies mid-collective fails the others at once; a frozen 
   }
   SUBCASE("frozen") {
     loopback_ring workers(3);
-    const auto errors = workers.try_run([](ring_links& links) {
-      if (links.rank == 2) {
+    const auto errors = workers.try_run([](tcp_link& links) {
+      if (links.rank() == 2) {
         std::this_thread::sleep_for(1500ms); // never comes
         return;
       }
@@ -388,17 +327,17 @@ namespace {
 struct unconnected_worker {
   unconnected_worker(boost::asio::io_context& context, std::size_t rank, std::size_t world)
     : acceptor(context, {boost::asio::ip::make_address("127.0.0.1"), 0}),
-      links{rank, world, tcp_socket(context), tcp_socket(context)} {}
+      links(ring_links{rank, world, tcp_socket(context), tcp_socket(context)}) {}
 
   void connect(boost::asio::ip::tcp::endpoint next, io_clock::time_point deadline,
                ring_watch watch = {}) {
-    connect_ring(links, acceptor, next, lockstep::detail::test::token,
-                 {"ring-test", 0, static_cast<std::uint32_t>(links.rank)}, deadline,
+    connect_ring(links.connections(), acceptor, next, lockstep::detail::test::token,
+                 {"ring-test", 0, static_cast<std::uint32_t>(links.rank())}, deadline,
                  std::move(watch));
   }
 
   boost::asio::ip::tcp::acceptor acceptor;
-  ring_links links;
+  tcp_link links;
 };
 
 } // namespace
@@ -484,4 +423,27 @@ TEST_CASE("connect_ring ends at once when a watched connection ends, and goes on
   CHECK(talks_seen == 1);
   for (const int fd : {talking[0], talking[1], closing[0]})
     ::close(fd);
+}
+
+TEST_CASE("a tcp_link reaches only the ring's neighbours: another rank is a value_error naming it, "
+          "before any byte moves") {
+  boost::asio::io_context context;
+  // Unconnected sockets: the check comes before any of them is touched.
+  tcp_link ring(ring_links{0, 4, tcp_socket(context), tcp_socket(context)});
+  std::vector<std::uint8_t> data(4);
+  const auto deadline = ring.now() + 1s;
+  const auto to_2 = error_of<value_error>([&] { ring.send(2, data, deadline); });
+  CHECK(contains(to_2, "tcp_link of worker 0 of 4 cannot send to rank 2"));
+  CHECK(contains(to_2, "it sends to rank 1 and receives from rank 3"));
+  CHECK(contains(error_of<value_error>([&] { ring.receive(1, data, deadline); }),
+                 "cannot receive from rank 1"));
+  CHECK(contains(error_of<value_error>([&] { ring.exchange(1, data, 2, data, deadline); }),
+                 "cannot receive from rank 2"));
+  bytes frame;
+  CHECK(contains(error_of<value_error>(
+                   [&] { ring.exchange_frame(3, data, 3, frame, 100, deadline); }),
+                 "cannot send to rank 3"));
+  CHECK(contains(error_of<value_error>(
+                   [&] { ring.exchange(link::no_rank, data, 3, {}, deadline); }),
+                 "cannot send to no rank"));
 }

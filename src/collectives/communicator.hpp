@@ -1,9 +1,10 @@
 #pragma once
 
-// communicator: moves and reduces buffers between the ranks of a group, one
-// implementation per transport (threads of one process over shared memory
-// now; TCP between processes and NCCL between GPUs are further
-// implementations of the same calls). Communicators compose: a
+// communicator: moves and reduces buffers between the ranks of a group. Its
+// implementations (src/communicators/) each pair an algorithm with what
+// carries its bytes: threads of one process over shared memory, replicas
+// on one device, the ring's algorithm over the TCP link between processes
+// (NCCL between GPUs would be another). Communicators compose: a
 // hierarchical_communicator runs a collective in a local group, between
 // one leader per group, and back out to the local group.
 //

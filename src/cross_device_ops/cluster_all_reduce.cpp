@@ -2,7 +2,7 @@
 
 #include "collectives/hierarchical_communicator.hpp"
 #include "collectives/reduce_kernels.hpp"
-#include "transport/shm/shm_communicator.hpp"
+#include "communicators/shm_communicator.hpp"
 
 namespace lockstep::detail {
 

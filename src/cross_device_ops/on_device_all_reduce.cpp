@@ -12,7 +12,7 @@
 #include "cross_device_ops/component_placement.hpp"
 #include "cross_device_ops/replica_collectives.hpp"
 #include "devices/device_registry.hpp"
-#include "transport/device/device_communicator.hpp"
+#include "communicators/device_communicator.hpp"
 
 #include <algorithm>
 #include <vector>

@@ -15,7 +15,7 @@
 #include "cross_device_ops/component_placement.hpp"
 
 #include "cross_device_ops/replica_collectives.hpp"
-#include "transport/shm/shm_communicator.hpp"
+#include "communicators/shm_communicator.hpp"
 #include "runtime/completion.hpp"
 #include "devices/device_executor.hpp"
 #include "devices/device_registry.hpp"

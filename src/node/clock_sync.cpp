@@ -3,7 +3,7 @@
 #include "node/control_messages.hpp"
 #include "runtime/timeline.hpp"
 #include "transport/tcp/frame.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include <array>
 #include <initializer_list>

@@ -18,7 +18,7 @@
 
 #include "node/clock_sync.hpp"
 #include "transport/tcp/handshake.hpp"
-#include "transport/tcp/tcp_ring_communicator.hpp"
+#include "communicators/tcp_ring_communicator.hpp"
 
 #include "node/wire_messages.hpp"
 #include "lockstep/cluster_resolver.hpp"

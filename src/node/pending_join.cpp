@@ -2,7 +2,7 @@
 
 #include "node/control_messages.hpp"
 #include "transport/tcp/frame.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include <boost/asio/buffer.hpp>
 

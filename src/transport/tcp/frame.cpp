@@ -1,6 +1,6 @@
 #include "transport/tcp/frame.hpp"
 
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include <array>
 #include <string>

@@ -1,6 +1,6 @@
 #include "transport/tcp/handshake.hpp"
 
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include "cluster/cluster_token.hpp"
 #include "runtime/random_bytes.hpp"

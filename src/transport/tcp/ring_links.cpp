@@ -2,7 +2,7 @@
 
 #include "transport/tcp/authenticate.hpp"
 #include "transport/tcp/dial_host.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include "runtime/fault_injection.hpp"
 #include "runtime/spin_wait.hpp"
@@ -114,7 +114,7 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
     if (spin_until_ready(fds, budget))
       continue;
     if (!poll_until(fds, deadline))
-      throw ring_deadline_passed(received < in.size()
+      throw link_deadline_passed(received < in.size()
                             ? "no data came from " + worker(links.prev_rank())
                                 + " before the deadline"
                             : worker(links.next_rank())

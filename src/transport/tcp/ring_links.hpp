@@ -4,8 +4,9 @@
 // (it only sends there) and one from the previous rank (it only receives
 // from there), both authenticated (authenticate.hpp). exchange() moves a
 // send and a receive at once, so no two neighbours ever wait on each other
-// with full socket buffers. The ring collectives (ring_collectives.hpp)
-// are built on it. No CAF: tested under ThreadSanitizer.
+// with full socket buffers. tcp_link (tcp_link.hpp) puts it behind the
+// link interface that the ring's algorithm (collectives/ring_collectives.hpp)
+// is written against. No CAF: tested under ThreadSanitizer.
 
 #include <chrono>
 #include <cstddef>
@@ -24,14 +25,6 @@
 
 namespace lockstep::detail {
 
-/// What ring_links throws when a deadline passes: a lockstep::timeout_error
-/// that the ring tells from a timeout_error that a rank passed on as its
-/// failure (ring_records).
-class ring_deadline_passed : public timeout_error {
-public:
-  using timeout_error::timeout_error;
-};
-
 struct ring_links {
   std::size_t rank = 0;
   std::size_t world = 1;
@@ -46,7 +39,7 @@ struct ring_links {
   /// runtime_options::spin_wait while this host's runnable threads fit on
   /// its CPUs (a woken thread takes tens of microseconds to run), else it
   /// sleeps in poll(2) at once. Throws connection_closed naming the
-  /// neighbour whose connection closed, ring_deadline_passed naming the
+  /// neighbour whose connection closed, link_deadline_passed naming the
   /// neighbour it waited for when the deadline passes first.
   void exchange(std::span<const std::uint8_t> out, std::span<std::uint8_t> in,
                 io_clock::time_point deadline);
@@ -83,9 +76,6 @@ struct ring_links {
   /// end, from `ahead_at` on: every receive takes these bytes first.
   bytes ahead;
   std::size_t ahead_at = 0;
-  /// The reduce-scatter's receive block (ring_collectives.cpp), kept
-  /// between calls.
-  bytes scratch;
 };
 
 /// What else connect_ring watches while it waits: connections whose end

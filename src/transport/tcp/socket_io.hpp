@@ -16,16 +16,18 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "transport/link.hpp"
+
 namespace lockstep::detail {
 
 using tcp_socket = boost::asio::ip::tcp::socket;
 using io_clock = std::chrono::steady_clock;
 
 /// The peer closed or reset the connection (or the socket failed); what()
-/// says which.
-class connection_closed : public std::runtime_error {
+/// says which. A link_closed, as a link reports a lost peer.
+class connection_closed : public link_closed {
 public:
-  using std::runtime_error::runtime_error;
+  using link_closed::link_closed;
 };
 
 /// Waits in poll(2) until one of `fds` is ready (true) or `deadline`

@@ -1,8 +1,11 @@
 #pragma once
 
-// Collectives over a ring of workers (ring_links), one rank per worker:
-// the cross-worker stage of a hierarchical collective (local replicas
-// reduce in process first, and one rank per worker takes part here).
+// Collectives over a ring of ranks, written once against a link
+// (transport/link.hpp): rank r sends only to rank r + 1 and receives only
+// from rank r - 1 (mod world), so any link runs them, the TCP ring between
+// workers (transport/tcp/tcp_link.hpp, one rank per worker: the
+// cross-worker stage of a hierarchical collective, whose local replicas
+// reduce in process first) as well as the tests' in-memory link.
 //
 // Every collective starts by agreeing on what is issued: each rank's
 // record (ring_records.hpp: its fingerprint, or the failure it passes on)
@@ -37,19 +40,24 @@
 // end, as every lockstep reduction does; MEAN is a SUM divided once by
 // the world size.
 //
-// A closed connection or a silent neighbour fails the collective on this
-// rank with connection_closed or timeout_error; the caller then closes the
-// links, so the failure travels around the ring at once.
+// Deadlines are the link's time points (link::now()). A closed link or a
+// silent neighbour fails the collective on this rank with the link's
+// link_closed or link_deadline_passed; the caller then closes the link, so
+// the failure travels around the ring at once.
+//
+// Nothing is allocated per chunk: the reduce-scatter receives through a
+// scratch block that each thread keeps between calls, and the agreements'
+// frames live in the caller's ring_records.
 
 #include <cstddef>
 #include <exception>
 #include <span>
 
 #include "collectives/collective_fingerprint.hpp"
+#include "collectives/ring_records.hpp"
 #include "lockstep/dtype.hpp"
 #include "lockstep/reduce_op.hpp"
-#include "transport/tcp/ring_links.hpp"
-#include "transport/tcp/ring_records.hpp"
+#include "transport/link.hpp"
 
 namespace lockstep::detail {
 
@@ -66,33 +74,33 @@ inline constexpr std::size_t ring_chunk_bytes = 256 * 1024;
 /// `failure` along instead: then every rank throws the failure of the
 /// lowest failing rank (its lockstep type and message), and the ring stays
 /// usable for the next collective.
-void ring_agree(ring_links& links, ring_records& records, const collective_fingerprint& mine,
-                const std::exception_ptr& failure, io_clock::time_point deadline);
+void ring_agree(link& ring, ring_records& records, const collective_fingerprint& mine,
+                const std::exception_ptr& failure, link::time_point deadline);
 
 /// ring_agree with records of its own, for a single collective.
-void ring_agree(ring_links& links, const collective_fingerprint& mine,
-                io_clock::time_point deadline, const std::exception_ptr& failure = nullptr);
+void ring_agree(link& ring, const collective_fingerprint& mine,
+                link::time_point deadline, const std::exception_ptr& failure = nullptr);
 
 /// Agrees on `mine` (with `failure`, as ring_agree) and reduces `data`
 /// (elements of `type`) across the ring in place: on the all-gather path
 /// in the agreement's own pass, else after it. Every rank throws the same
 /// error when the ranks disagree, and `data` is then unspecified.
-void ring_all_reduce(ring_links& links, ring_records& records, const collective_fingerprint& mine,
+void ring_all_reduce(link& ring, ring_records& records, const collective_fingerprint& mine,
                      const std::exception_ptr& failure, reduce_op op, dtype type,
-                     std::span<std::uint8_t> data, io_clock::time_point deadline);
+                     std::span<std::uint8_t> data, link::time_point deadline);
 
 /// Reduces `data` (elements of `type`) across the ring in place, without
 /// an agreement: the caller's ranks know that they issued the same.
-void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
-                     io_clock::time_point deadline);
+void ring_all_reduce(link& ring, reduce_op op, dtype type, std::span<std::uint8_t> data,
+                     link::time_point deadline);
 
 /// `data` holds world blocks of equal size; block `rank` is this rank's
 /// and the others are filled from their ranks.
-void ring_all_gather(ring_links& links, std::span<std::uint8_t> data,
-                     io_clock::time_point deadline);
+void ring_all_gather(link& ring, std::span<std::uint8_t> data,
+                     link::time_point deadline);
 
 /// Every rank's `data` receives rank `root`'s.
-void ring_broadcast(ring_links& links, std::size_t root, std::span<std::uint8_t> data,
-                    io_clock::time_point deadline);
+void ring_broadcast(link& ring, std::size_t root, std::span<std::uint8_t> data,
+                    link::time_point deadline);
 
 } // namespace lockstep::detail

@@ -1,6 +1,7 @@
 #pragma once
 
-// tcp_ring_communicator: the ring collectives (ring_collectives.hpp) behind
+// tcp_ring_communicator: the ring's algorithm (collectives/ring_collectives.hpp)
+// over the TCP ring between workers (transport/tcp/tcp_link.hpp), behind
 // the communicator interface, for one rank per process: the `leaders`
 // stage of a hierarchical_communicator whose local stage is the process's
 // shared-memory group. Each process holds one of these, for its own rank.
@@ -8,7 +9,7 @@
 // A collective whose caller passes a failure (options.failure) still meets
 // the others, and every rank throws that failure; the ring stays usable. A
 // broken ring (a neighbour's connection closed, or a deadline passed) is
-// not: the links are closed, so the other workers fail at once too, and
+// not: the link is shut down, so the other workers fail at once too, and
 // this and every later collective throw what broke it (TF's multi-worker
 // strategy fails fast the same way; restarts are the launcher's):
 //
@@ -36,16 +37,17 @@
 
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/communicator.hpp"
+#include "collectives/ring_records.hpp"
 #include "runtime/error_value.hpp"
-#include "transport/tcp/ring_links.hpp"
-#include "transport/tcp/ring_records.hpp"
+#include "transport/tcp/tcp_link.hpp"
 
 namespace lockstep::detail {
 
 class tcp_ring_communicator final : public communicator, private collective_session {
 public:
-  /// `context`: the io_context of the links' sockets, kept alive as long
-  /// as they are (null when the caller outlives the communicator).
+  /// `links`: the ring's connections, connected (connect_ring); `context`:
+  /// the io_context of their sockets, kept alive as long as they are (null
+  /// when the caller outlives the communicator).
   explicit tcp_ring_communicator(ring_links links,
                                  std::shared_ptr<boost::asio::io_context> context = nullptr);
 
@@ -124,8 +126,8 @@ private:
   error_value explain_timeout(const collective_fingerprint& f, std::chrono::milliseconds timeout,
                               const std::string& stalled) const;
 
-  std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
-  ring_links links_;
+  std::shared_ptr<boost::asio::io_context> context_; // destroyed after the link
+  tcp_link link_;
   ring_records records_; // the agreements' buffers, reused: the hot path allocates little
   mutable std::mutex mutex_; // guards what other threads read: the fields below
   std::uint64_t last_seq_ = 0;

@@ -1,8 +1,8 @@
-#include "transport/tcp/tcp_ring_communicator.hpp"
+#include "communicators/tcp_ring_communicator.hpp"
 
 #include "collectives/allreduce_slices.hpp"
+#include "collectives/ring_collectives.hpp"
 #include "runtime/error_text.hpp"
-#include "transport/tcp/ring_collectives.hpp"
 
 #include "lockstep/error.hpp"
 
@@ -25,7 +25,7 @@ std::span<const std::uint8_t> bytes_of(const tensor& t) {
 
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
                                              std::shared_ptr<boost::asio::io_context> context)
-  : context_(std::move(context)), links_(std::move(links)) {}
+  : context_(std::move(context)), link_(std::move(links)) {}
 
 void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
   {
@@ -34,7 +34,7 @@ void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
       broken_ = why;
   }
   explained_.notify_all();
-  links_.shut_down();
+  link_.shut_down();
 }
 
 void tcp_ring_communicator::explain_timeouts(std::chrono::milliseconds delay,
@@ -65,7 +65,7 @@ std::string tcp_ring_communicator::name() const {
 }
 
 std::size_t tcp_ring_communicator::size() const noexcept {
-  return links_.world;
+  return link_.size();
 }
 
 collective_session& tcp_ring_communicator::session() noexcept {
@@ -73,8 +73,8 @@ collective_session& tcp_ring_communicator::session() noexcept {
 }
 
 void tcp_ring_communicator::check_rank(std::size_t rank) const {
-  if (rank != links_.rank)
-    throw value_error("tcp_ring: worker " + std::to_string(links_.rank)
+  if (rank != link_.rank())
+    throw value_error("tcp_ring: worker " + std::to_string(link_.rank())
                       + "'s communicator called for rank " + std::to_string(rank));
 }
 
@@ -99,7 +99,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
     entry.outcome = outcome;
   };
   const auto broke = [&](const std::string& why) {
-    links_.shut_down(); // the neighbours fail at once instead of at their deadlines
+    link_.shut_down(); // the neighbours fail at once instead of at their deadlines
     error_value reason;
     {
       // A loss the node reports (break_ring) names the lost worker; a
@@ -108,7 +108,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
       explained_.wait_for(lock, grace_, [&] { return !broken_.message.empty(); });
       if (broken_.message.empty())
         broken_ = {error_kind::peer_lost_error,
-                   "the ring of workers is broken at worker " + std::to_string(links_.rank) + " ("
+                   "the ring of workers is broken at worker " + std::to_string(link_.rank()) + " ("
                      + f.to_string() + "): " + why,
                    "lockstep::peer_lost_error"};
       reason = broken_;
@@ -131,16 +131,16 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
     explained_.notify_all();
     if (tell)
       tell(reason);
-    links_.shut_down();
+    link_.shut_down();
     record("timed out");
     rethrow(reason);
   };
-  const auto deadline = io_clock::now() + options.timeout;
+  const auto deadline = link_.now() + options.timeout;
   try {
     work(f, deadline);
-  } catch (const connection_closed& e) {
+  } catch (const link_closed& e) {
     broke(e.what());
-  } catch (const ring_deadline_passed& e) {
+  } catch (const link_deadline_passed& e) {
     timed_out(e.what());
   } catch (...) { // agreed on by every rank: the ring stays usable
     record("failed");
@@ -162,11 +162,11 @@ error_value tcp_ring_communicator::explain_timeout(const collective_fingerprint&
   // between the workers (every worker counts them alike), not a replica
   // group's or a fan-out's.
   auto text = f.op + " #" + std::to_string(f.seq) + " between the workers ("
-              + f.details(false).substr(1) + ") timed out on worker " + std::to_string(links_.rank) + " after "
+              + f.details(false).substr(1) + ") timed out on worker " + std::to_string(link_.rank()) + " after "
               + std::to_string(timeout.count()) + " ms (its timeout): ";
   std::vector<std::string> missing, where, silent;
-  for (std::size_t r = 0; r < reached.size() && r < links_.world; ++r) {
-    if (r == links_.rank)
+  for (std::size_t r = 0; r < reached.size() && r < link_.size(); ++r) {
+    if (r == link_.rank())
       continue;
     if (reached[r] == no_answer) {
       silent.push_back(std::to_string(r));
@@ -235,9 +235,9 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
       f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
     }
     run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
-                                         io_clock::time_point deadline) {
+                                         link::time_point deadline) {
       if (total == 0) { // nothing to move (and memcpy must not see a null buffer)
-        ring_agree(links_, records_, mine, options.failure, deadline);
+        ring_agree(link_, records_, mine, options.failure, deadline);
         return;
       }
       if (last - first == 1) { // one tensor: reduced in its output, no packing
@@ -245,7 +245,7 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
         const auto in = bytes_of(inputs[first]);
         if (in.data() != out.data())
           std::memcpy(out.data(), in.data(), in.size());
-        ring_all_reduce(links_, records_, mine, options.failure, op, inputs[first].dtype(), out,
+        ring_all_reduce(link_, records_, mine, options.failure, op, inputs[first].dtype(), out,
                         deadline);
         return;
       }
@@ -257,7 +257,7 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
           std::memcpy(buffer.data() + at, in.data(), in.size());
         at += in.size();
       }
-      ring_all_reduce(links_, records_, mine, options.failure, op, inputs[first].dtype(), buffer,
+      ring_all_reduce(link_, records_, mine, options.failure, op, inputs[first].dtype(), buffer,
                       deadline);
       at = 0;
       for (auto i = first; i < last; ++i) {
@@ -273,7 +273,7 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
 
 void tcp_ring_communicator::reduce_scatter(std::size_t rank, reduce_op op, const tensor& input,
                                            tensor& output, const collective_options& options) {
-  const auto world = links_.world;
+  const auto world = link_.size();
   if (input.dtype() != output.dtype()
       || static_cast<std::size_t>(input.num_elements()) != world * output.num_elements())
     throw value_error("tcp_ring reduce_scatter: the input needs " + std::to_string(world)
@@ -289,7 +289,7 @@ void tcp_ring_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
 
 void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                        const collective_options& options) {
-  const auto world = links_.world;
+  const auto world = link_.size();
   if (input.dtype() != output.dtype()
       || static_cast<std::size_t>(output.num_elements()) != world * input.num_elements())
     throw value_error("tcp_ring all_gather: the output needs " + std::to_string(world)
@@ -302,13 +302,13 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
   f.dtype = input.dtype();
   f.shape = input.shape();
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
-                                       io_clock::time_point deadline) {
-    ring_agree(links_, records_, mine, options.failure, deadline);
+                                       link::time_point deadline) {
+    ring_agree(link_, records_, mine, options.failure, deadline);
     auto out = bytes_of(output);
     if (input.byte_size() > 0)
       std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(),
                   input.byte_size());
-    ring_all_gather(links_, out, deadline);
+    ring_all_gather(link_, out, deadline);
   });
 }
 
@@ -324,10 +324,10 @@ void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::s
   f.batch_tensors = buffers.size();
   f.batch_shapes = sign_batch(buffers).shapes;
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
-                                       io_clock::time_point deadline) {
-    ring_agree(links_, records_, mine, options.failure, deadline);
+                                       link::time_point deadline) {
+    ring_agree(link_, records_, mine, options.failure, deadline);
     for (auto& buffer : buffers)
-      ring_broadcast(links_, root, bytes_of(buffer), deadline);
+      ring_broadcast(link_, root, bytes_of(buffer), deadline);
   });
 }
 
@@ -360,14 +360,14 @@ void tcp_ring_communicator::depart(std::size_t, std::uint64_t) {
 
 bool tcp_ring_communicator::waiting(std::size_t rank, std::uint64_t from_seq) const noexcept {
   std::lock_guard lock{mutex_};
-  return rank == links_.rank && running_ != 0 && running_ >= from_seq;
+  return rank == link_.rank() && running_ != 0 && running_ >= from_seq;
 }
 
 std::string tcp_ring_communicator::stall_report(std::uint64_t from_seq) const {
   std::lock_guard lock{mutex_};
   if (running_ == 0 || running_ < from_seq)
     return "";
-  return "worker " + std::to_string(links_.rank) + " waits on the ring of workers in collective #"
+  return "worker " + std::to_string(link_.rank()) + " waits on the ring of workers in collective #"
          + std::to_string(running_);
 }
 

@@ -1,7 +1,7 @@
-#include "transport/tcp/ring_records.hpp"
+#include "collectives/ring_records.hpp"
 
 #include "runtime/error_value.hpp"
-#include "transport/tcp/little_endian.hpp"
+#include "runtime/little_endian.hpp"
 
 #include "lockstep/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "transport/device/device_communicator.hpp"
+#include "communicators/device_communicator.hpp"
 
 #include "collectives/run_collective.hpp"
 #include "devices/device_registry.hpp"

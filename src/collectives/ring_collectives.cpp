@@ -1,4 +1,4 @@
-#include "transport/tcp/ring_collectives.hpp"
+#include "collectives/ring_collectives.hpp"
 
 #include "devices/elementwise_loops.hpp"
 #include "runtime/fault_injection.hpp"
@@ -14,6 +14,25 @@
 namespace lockstep::detail {
 
 namespace {
+
+/// The ranks this rank exchanges with on the ring.
+struct neighbours {
+  std::size_t next; // it sends to rank + 1
+  std::size_t prev; // it receives from rank - 1
+
+  explicit neighbours(const link& ring)
+    : next((ring.rank() + 1) % ring.size()), prev((ring.rank() + ring.size() - 1) % ring.size()) {}
+};
+
+/// The reduce-scatter's receive block, kept between calls, one per thread
+/// (a fresh one would cost a memset and page faults per call), at least
+/// `size` bytes.
+bytes& scratch_block(std::size_t size) {
+  thread_local bytes block;
+  if (block.size() < size)
+    block.resize(size);
+  return block;
+}
 
 // -- reductions -----------------------------------------------------------------------
 
@@ -44,15 +63,15 @@ void divide(dtype type, std::span<std::uint8_t> data, std::size_t divisor) {
 
 /// The all-gather path: every rank gets every rank's buffer and combines
 /// them in rank order.
-void all_reduce_by_gather(ring_links& links, reduce_op op, dtype type,
-                          std::span<std::uint8_t> data, io_clock::time_point deadline) {
-  const auto world = links.world;
+void all_reduce_by_gather(link& ring, reduce_op op, dtype type,
+                          std::span<std::uint8_t> data, link::time_point deadline) {
+  const auto world = ring.size();
   const auto size = data.size();
   if (size == 0) // nothing to move (and memcpy must not see a null buffer)
     return;
   bytes blocks(world * size);
-  std::memcpy(blocks.data() + links.rank * size, data.data(), size);
-  ring_all_gather(links, blocks, deadline);
+  std::memcpy(blocks.data() + ring.rank() * size, data.data(), size);
+  ring_all_gather(ring, blocks, deadline);
   std::memcpy(data.data(), blocks.data(), size);
   for (std::size_t r = 1; r < world; ++r)
     combine(op, type, data.data(), blocks.data() + r * size, size);
@@ -64,9 +83,10 @@ void all_reduce_by_gather(ring_links& links, reduce_op op, dtype type,
 /// first step, while it is still in cache; every rank's stream interleaves
 /// the two steps chunk by chunk in the same order, so each rank knows what
 /// comes next.
-void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
-                        io_clock::time_point deadline) {
-  const auto world = links.world;
+void all_reduce_by_ring(link& ring, reduce_op op, dtype type, std::span<std::uint8_t> data,
+                        link::time_point deadline) {
+  const auto world = ring.size();
+  const neighbours peers(ring);
   const auto element = size_of(type);
   const auto elements = data.size() / element;
   const auto segment = [&](std::size_t s) {
@@ -84,10 +104,8 @@ void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<s
   // fresh mmap on every call beyond malloc's 32 MiB threshold, page faults
   // included (64 MiB all-reduces ran 16x slower than 32 MiB ones).
   const auto chunk = std::min(ring_chunk_bytes, (elements / world + 1) * element);
-  auto& scratch = links.scratch; // kept: a fresh one costs a memset and page faults per call
-  if (scratch.size() < chunk)
-    scratch.resize(chunk);
-  const auto rank = links.rank + world; // so that rank - t - 2 stays positive
+  auto& scratch = scratch_block(chunk);
+  const auto rank = ring.rank() + world; // so that rank - t - 2 stays positive
   for (std::size_t t = 0; t + 1 < world; ++t) {
     const bool last = t + 2 == world;
     const auto out = segment(rank - t - 1);
@@ -96,31 +114,33 @@ void all_reduce_by_ring(ring_links& links, reduce_op op, dtype type, std::span<s
     const auto chunks = std::max({out.size(), mine.size(), last ? gathered.size() : 0});
     for (std::size_t at = 0; at < chunks; at += chunk) {
       const auto received = part(mine, at, chunk);
-      links.exchange(part(out, at, chunk), std::span(scratch).first(received.size()), deadline);
+      ring.exchange(peers.next, part(out, at, chunk), peers.prev,
+                    std::span(scratch).first(received.size()), deadline);
       combine(op, type, received.data(), scratch.data(), received.size());
       if (t == 0 && at == 0)
         fault_point("reduce-scatter");
       if (!last)
         continue;
-      links.exchange(received, part(gathered, at, chunk), deadline);
+      ring.exchange(peers.next, received, peers.prev, part(gathered, at, chunk), deadline);
       if (at == 0)
         fault_point("all-gather");
     }
   }
   for (std::size_t t = 1; t + 1 < world; ++t)
-    links.exchange(segment(rank - t), segment(rank - t - 1), deadline);
+    ring.exchange(peers.next, segment(rank - t), peers.prev, segment(rank - t - 1), deadline);
 }
 
 /// Passes every rank's frame around the ring (world - 1 hops): in step t
 /// rank r sends rank (r - t)'s frame and receives rank (r - t - 1)'s.
-void pass_records(ring_links& links, ring_records& records, bool with_data,
-                  io_clock::time_point deadline) {
-  const auto world = links.world;
-  const auto rank = links.rank + world; // so that rank - t - 1 stays positive
+void pass_records(link& ring, ring_records& records, bool with_data,
+                  link::time_point deadline) {
+  const auto world = ring.size();
+  const neighbours peers(ring);
+  const auto rank = ring.rank() + world; // so that rank - t - 1 stays positive
   for (std::size_t t = 0; t + 1 < world; ++t) {
-    links.exchange_frame(records.frame((rank - t) % world),
-                         records.buffer((rank - t - 1) % world), ring_records::max_frame_bytes,
-                         deadline);
+    ring.exchange_frame(peers.next, records.frame((rank - t) % world), peers.prev,
+                        records.buffer((rank - t - 1) % world), ring_records::max_frame_bytes,
+                        deadline);
     if (with_data && t == 0)
       fault_point("all-gather");
   }
@@ -136,24 +156,24 @@ struct agreement {
 /// The all-gather path with the agreement folded in: every rank's frame
 /// carries its data with its fingerprint, one pass in all; once every
 /// fingerprint matched, each rank combines the buffers in rank order.
-void agree_and_reduce_by_gather(ring_links& links, const agreement& agreed, reduce_op op,
+void agree_and_reduce_by_gather(link& ring, const agreement& agreed, reduce_op op,
                                 dtype type, std::span<std::uint8_t> data,
-                                io_clock::time_point deadline) {
+                                link::time_point deadline) {
   fault_point("agree");
-  agreed.records.start(links.rank, links.world, agreed.mine, agreed.failure, data);
-  pass_records(links, agreed.records, true, deadline);
+  agreed.records.start(ring.rank(), ring.size(), agreed.mine, agreed.failure, data);
+  pass_records(ring, agreed.records, true, deadline);
   agreed.records.check(); // before any data is used
   if (data.empty())
     return;
-  if (links.rank != 0)
+  if (ring.rank() != 0)
     std::memcpy(data.data(), agreed.records.payload(0).data(), data.size());
-  for (std::size_t r = 1; r < links.world; ++r)
+  for (std::size_t r = 1; r < ring.size(); ++r)
     combine(op, type, data.data(), agreed.records.payload(r).data(), data.size());
 }
 
 /// ring_all_reduce, with the agreement first (`agreed`) or without.
-void all_reduce(ring_links& links, const agreement* agreed, reduce_op op, dtype type,
-                std::span<std::uint8_t> data, io_clock::time_point deadline) {
+void all_reduce(link& ring, const agreement* agreed, reduce_op op, dtype type,
+                std::span<std::uint8_t> data, link::time_point deadline) {
   if (data.size() % size_of(type) != 0)
     throw value_error("ring_all_reduce: " + std::to_string(data.size()) + " bytes are not whole "
                       + std::string(to_string(type)) + " elements");
@@ -165,7 +185,7 @@ void all_reduce(ring_links& links, const agreement* agreed, reduce_op op, dtype 
         widen(reinterpret_cast<const T*>(data.data()), wide.data(),
               static_cast<std::int64_t>(count));
     });
-    all_reduce(links, agreed, op, dtype::f32,
+    all_reduce(ring, agreed, op, dtype::f32,
                {reinterpret_cast<std::uint8_t*>(wide.data()), count * sizeof(float)}, deadline);
     visit_dtype(type, [&]<class T>(T) {
       if constexpr (is_half_v<T>)
@@ -174,18 +194,18 @@ void all_reduce(ring_links& links, const agreement* agreed, reduce_op op, dtype 
     return;
   }
   const auto combining = op == reduce_op::mean ? reduce_op::sum : op;
-  const auto world = links.world;
+  const auto world = ring.size();
   const bool by_gather = (world - 1) * data.size() <= small_all_reduce_bytes
                          || data.size() / size_of(type) < world;
   if (agreed != nullptr && world > 1 && by_gather) {
-    agree_and_reduce_by_gather(links, *agreed, combining, type, data, deadline);
+    agree_and_reduce_by_gather(ring, *agreed, combining, type, data, deadline);
   } else {
     if (agreed != nullptr)
-      ring_agree(links, agreed->records, agreed->mine, agreed->failure, deadline);
+      ring_agree(ring, agreed->records, agreed->mine, agreed->failure, deadline);
     if (world > 1 && by_gather)
-      all_reduce_by_gather(links, combining, type, data, deadline);
+      all_reduce_by_gather(ring, combining, type, data, deadline);
     else if (world > 1)
-      all_reduce_by_ring(links, combining, type, data, deadline);
+      all_reduce_by_ring(ring, combining, type, data, deadline);
   }
   if (op == reduce_op::mean)
     divide(type, data, world);
@@ -193,59 +213,61 @@ void all_reduce(ring_links& links, const agreement* agreed, reduce_op op, dtype 
 
 } // namespace
 
-void ring_agree(ring_links& links, ring_records& records, const collective_fingerprint& mine,
-                const std::exception_ptr& failure, io_clock::time_point deadline) {
+void ring_agree(link& ring, ring_records& records, const collective_fingerprint& mine,
+                const std::exception_ptr& failure, link::time_point deadline) {
   fault_point("agree");
-  records.start(links.rank, links.world, mine, failure, {});
-  pass_records(links, records, false, deadline);
+  records.start(ring.rank(), ring.size(), mine, failure, {});
+  pass_records(ring, records, false, deadline);
   records.check();
 }
 
-void ring_agree(ring_links& links, const collective_fingerprint& mine,
-                io_clock::time_point deadline, const std::exception_ptr& failure) {
+void ring_agree(link& ring, const collective_fingerprint& mine,
+                link::time_point deadline, const std::exception_ptr& failure) {
   ring_records records;
-  ring_agree(links, records, mine, failure, deadline);
+  ring_agree(ring, records, mine, failure, deadline);
 }
 
-void ring_all_reduce(ring_links& links, ring_records& records, const collective_fingerprint& mine,
+void ring_all_reduce(link& ring, ring_records& records, const collective_fingerprint& mine,
                      const std::exception_ptr& failure, reduce_op op, dtype type,
-                     std::span<std::uint8_t> data, io_clock::time_point deadline) {
+                     std::span<std::uint8_t> data, link::time_point deadline) {
   const agreement agreed{records, mine, failure};
-  all_reduce(links, &agreed, op, type, data, deadline);
+  all_reduce(ring, &agreed, op, type, data, deadline);
 }
 
-void ring_all_reduce(ring_links& links, reduce_op op, dtype type, std::span<std::uint8_t> data,
-                     io_clock::time_point deadline) {
-  all_reduce(links, nullptr, op, type, data, deadline);
+void ring_all_reduce(link& ring, reduce_op op, dtype type, std::span<std::uint8_t> data,
+                     link::time_point deadline) {
+  all_reduce(ring, nullptr, op, type, data, deadline);
 }
 
-void ring_all_gather(ring_links& links, std::span<std::uint8_t> data,
-                     io_clock::time_point deadline) {
-  const auto world = links.world;
+void ring_all_gather(link& ring, std::span<std::uint8_t> data,
+                     link::time_point deadline) {
+  const auto world = ring.size();
+  const neighbours peers(ring);
   if (data.size() % world != 0)
     throw value_error("ring_all_gather: " + std::to_string(data.size())
                       + " bytes are not " + std::to_string(world) + " equal blocks");
   const auto block = data.size() / world;
-  const auto rank = links.rank + world;
+  const auto rank = ring.rank() + world;
   for (std::size_t t = 0; t + 1 < world; ++t) {
-    links.exchange(data.subspan((rank - t) % world * block, block),
-                   data.subspan((rank - t - 1) % world * block, block), deadline);
+    ring.exchange(peers.next, data.subspan((rank - t) % world * block, block), peers.prev,
+                  data.subspan((rank - t - 1) % world * block, block), deadline);
     if (t == 0)
       fault_point("all-gather");
   }
 }
 
-void ring_broadcast(ring_links& links, std::size_t root, std::span<std::uint8_t> data,
-                    io_clock::time_point deadline) {
-  if (root >= links.world)
+void ring_broadcast(link& ring, std::size_t root, std::span<std::uint8_t> data,
+                    link::time_point deadline) {
+  if (root >= ring.size())
     throw value_error("ring_broadcast: root " + std::to_string(root) + " is not a rank of "
-                      + std::to_string(links.world));
-  if (links.world == 1)
+                      + std::to_string(ring.size()));
+  if (ring.size() == 1)
     return;
-  if (links.rank != root)
-    links.exchange({}, data, deadline);
-  if (links.next_rank() != root)
-    links.exchange(data, {}, deadline);
+  const neighbours peers(ring);
+  if (ring.rank() != root)
+    ring.receive(peers.prev, data, deadline);
+  if (peers.next != root)
+    ring.send(peers.next, data, deadline);
 }
 
 } // namespace lockstep::detail

@@ -3,7 +3,7 @@
 // The records that the ranks of a ring pass around at the start of every
 // collective (ring_collectives.hpp): what each rank issued (its
 // fingerprint), the failure it passes on instead of data, if any, and, on
-// the small all-reduce path, its data. One frame per rank (ring_links::
+// the small all-reduce path, its data. One frame per rank (link::
 // exchange_frame), little-endian:
 //
 //   u64 frame bytes after this field | u64 meta bytes | meta | payload
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "collectives/collective_fingerprint.hpp"
-#include "transport/tcp/handshake.hpp"
+#include "transport/link.hpp"
 
 namespace lockstep::detail {
 
@@ -42,7 +42,7 @@ public:
 
   /// Rank r's frame: this rank's after start(), another's once received.
   std::span<const std::uint8_t> frame(std::size_t r) const { return frames_.at(r); }
-  /// Where rank r's frame is received (ring_links::exchange_frame).
+  /// Where rank r's frame is received (link::exchange_frame).
   bytes& buffer(std::size_t r) { return frames_.at(r); }
 
   /// Once every frame is in: returns when every rank issued what this one

@@ -1,4 +1,4 @@
-#include "transport/shm/shm_communicator.hpp"
+#include "communicators/shm_communicator.hpp"
 
 #include "collectives/allreduce_packs.hpp"
 #include "collectives/block_collectives.hpp"
