@@ -2,7 +2,6 @@
 
 #include "actors/detached_actor.hpp"
 
-#include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
@@ -10,12 +9,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -122,14 +115,10 @@ namespace {
 
 class input_actor final : public detached_actor {
 public:
-  input_actor(caf::actor_config& cfg, std::shared_ptr<prefetch_buffer> buffer, int thread_nice)
-    : detached_actor(cfg), buffer_(std::move(buffer)), thread_nice_(thread_nice) {}
+  input_actor(caf::actor_config& cfg, std::shared_ptr<prefetch_buffer> buffer)
+    : detached_actor(cfg), buffer_(std::move(buffer)) {}
 
   caf::behavior make_behavior() override {
-    // A detached actor's behavior is made on its own thread, which it alone
-    // uses and which ends with it (CAF 0.17's private_thread).
-    if (thread_nice_ > 0)
-      lower_this_thread_priority(thread_nice_);
     return {
       [this](input_demand demand) {
         for (std::uint64_t i = 0; i < demand.count; ++i) {
@@ -145,29 +134,15 @@ public:
   const char* name() const override { return "input_actor"; }
 
 private:
-  /// Adds `nice` to this thread's nice value (Linux: per thread). Raising
-  /// it needs no privilege; should it fail all the same, the input runs at
-  /// the process's priority, which is only slower.
-  static void lower_this_thread_priority(int nice) {
-    const auto thread = static_cast<id_t>(::gettid());
-    errno = 0;
-    const int current = ::getpriority(PRIO_PROCESS, thread);
-    if ((current == -1 && errno != 0)
-        || ::setpriority(PRIO_PROCESS, thread, std::min(current + nice, 19)) != 0)
-      LOCKSTEP_LOG_WARN("input actor: could not lower its thread's priority by {}: {}", nice,
-                        std::strerror(errno));
-  }
-
   std::shared_ptr<prefetch_buffer> buffer_;
-  const int thread_nice_;
 };
 
 } // namespace
 
 caf::actor spawn_input_actor(caf::actor_system& system, std::shared_ptr<prefetch_buffer> buffer,
-                             std::uint64_t initial_demand, int thread_nice) {
+                             std::uint64_t initial_demand) {
   auto actor = spawn_detached<input_actor>(system, "the input actor (dataset prefetch)",
-                                           std::move(buffer), thread_nice);
+                                           std::move(buffer));
   caf::anon_send(actor, input_demand{initial_demand});
   return actor;
 }

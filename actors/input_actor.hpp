@@ -86,10 +86,9 @@ private:
 };
 
 /// Spawns a detached input actor that fills `buffer`, starting with
-/// `initial_demand` elements, on a thread whose nice value it raises by
-/// `thread_nice` (0 to 19) before producing. resource_error when its thread
-/// cannot start (actors/detached_actor.hpp).
+/// `initial_demand` elements. resource_error when its thread cannot start
+/// (actors/detached_actor.hpp).
 caf::actor spawn_input_actor(caf::actor_system& system, std::shared_ptr<prefetch_buffer> buffer,
-                             std::uint64_t initial_demand, int thread_nice);
+                             std::uint64_t initial_demand);
 
 } // namespace lockstep::actors

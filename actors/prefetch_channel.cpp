@@ -19,11 +19,10 @@
 namespace lockstep::detail {
 
 struct prefetch_channel::impl {
-  impl(std::size_t buffer_size, std::chrono::milliseconds timeout, int thread_nice,
-       producer produce)
+  impl(std::size_t buffer_size, std::chrono::milliseconds timeout, producer produce)
     : system(actors::shared_actor_system()),
       buffer(std::make_shared<actors::prefetch_buffer>(std::move(produce))),
-      actor(actors::spawn_input_actor(*system, buffer, buffer_size, thread_nice)),
+      actor(actors::spawn_input_actor(*system, buffer, buffer_size)),
       timeout(timeout) {}
 
   ~impl() {
@@ -44,9 +43,9 @@ struct prefetch_channel::impl {
 
 prefetch_channel::prefetch_channel(std::size_t buffer_size,
                                    std::optional<std::chrono::milliseconds> timeout,
-                                   int thread_nice, producer produce)
+                                   producer produce)
   : impl_(std::make_unique<impl>(buffer_size, timeout.value_or(get_runtime_options().timeout),
-                                 thread_nice, std::move(produce))) {}
+                                 std::move(produce))) {}
 
 prefetch_channel::~prefetch_channel() = default;
 

@@ -9,11 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -453,39 +449,6 @@ TEST_CASE("the input actor prefetches up to the depth, observable through prefet
   CHECK(dist.options().prefetch_depth == 2);
   auto it = dist.make_iterator();
   CHECK(wait_prefetched(it, 2));
-}
-
-TEST_CASE("the input actor's thread runs at input_options::thread_nice below the process") {
-  // The pipeline's map runs on the input actor's thread: each batch carries
-  // that thread's nice value (Linux: per thread), and the consumer's own.
-  const auto nice_of_this_thread = [] { // -100: it could not be read
-    errno = 0;
-    const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-    return errno == 0 ? nice : -100;
-  };
-  const int base = nice_of_this_thread();
-  REQUIRE(base >= -20);
-  mirrored_strategy s{cpu_devices(2)};
-  auto data = dataset<tensor>::from_tensor_slices(two_column_rows(4)).batch(2).map(
-    [&](tensor) { return tensor::from({float(nice_of_this_thread()), float(nice_of_this_thread())}); });
-  for (int asked : {0, 5, 19}) {
-    CAPTURE(asked);
-    input_options options;
-    options.thread_nice = asked;
-    auto it = s.experimental_distribute_dataset(data, options).make_iterator();
-    auto step = it.next();
-    REQUIRE(step);
-    CHECK((*step)[0].at<float>(0) == float(std::min(base + asked, 19)));
-    CHECK(nice_of_this_thread() == base); // the consumer's thread keeps its priority
-  }
-  CHECK(input_options{}.thread_nice == 19);
-  for (int bad : {-1, 20}) {
-    input_options options;
-    options.thread_nice = bad;
-    CHECK(error_of<value_error>([&] { s.experimental_distribute_dataset(data, options); })
-          == "input_options: thread_nice must be from 0 to 19 (currently " + std::to_string(bad)
-               + ")");
-  }
 }
 
 // -- datasets from a function -----------------------------------------------------

@@ -183,8 +183,7 @@ private:
       return std::make_shared<element_type>(detail::gather_step(elements, devices));
     };
     return distributed_iterator<T>{std::make_shared<detail::prefetch_channel>(
-                                     options_.prefetch_depth, options_.timeout,
-                                     options_.thread_nice, std::move(produce)),
+                                     options_.prefetch_depth, options_.timeout, std::move(produce)),
                                    agree_, worker_};
   }
 

@@ -87,15 +87,6 @@ struct input_options {
   /// The longest wait of `next` for a step; unset: the runtime options'
   /// timeout.
   std::optional<std::chrono::milliseconds> timeout;
-  /// How far below the process's the input actor's thread's scheduling
-  /// priority goes (Linux nice, added to the thread's own, 0 to 19). The
-  /// default lets the replicas go first: where they keep every core busy,
-  /// the next steps' input is made in the gaps between their steps (the
-  /// merge, the hand-off between calls) instead of on a replica's core in
-  /// the middle of a step, which that step's all-reduce would make every
-  /// replica wait for. A replica that waits for input leaves its core idle,
-  /// so the input then runs at once. 0: the process's priority.
-  int thread_nice = 19;
 };
 
 /// The element types that can be distributed: tensors and nests of tensors,

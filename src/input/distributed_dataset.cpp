@@ -116,9 +116,6 @@ void check_shardable(std::optional<std::int64_t> batch_size, std::size_t replica
 void check_input_options(const input_options& options) {
   if (options.prefetch_depth == 0)
     throw value_error("input_options: prefetch_depth must be at least 1 (currently 0)");
-  if (options.thread_nice < 0 || options.thread_nice > 19)
-    throw value_error("input_options: thread_nice must be from 0 to 19 (currently "
-                      + std::to_string(options.thread_nice) + ")");
   if (options.timeout
       && (options.timeout->count() <= 0 || *options.timeout > runtime_options::max_timeout))
     throw value_error("input_options: the timeout must be positive and at most "

@@ -167,10 +167,9 @@ public:
 
   /// Starts an input actor that calls `produce` until `buffer_size` elements
   /// wait unconsumed. `timeout`: the longest wait in `next` (unset:
-  /// get_runtime_options().timeout). `thread_nice`: added to the nice value
-  /// of the actor's thread (input_options::thread_nice; 0 to 19).
+  /// get_runtime_options().timeout).
   prefetch_channel(std::size_t buffer_size, std::optional<std::chrono::milliseconds> timeout,
-                   int thread_nice, producer produce);
+                   producer produce);
 
   /// Stops the actor: waits (at most the timeout) for an element being
   /// produced, then destroys the producer on this thread.
@@ -523,7 +522,7 @@ public:
       return std::make_shared<T>(std::move(*x));
     };
     return std::make_unique<prefetched>(
-      prefetch_channel{buffer_size_, timeout_, 0, std::move(produce)});
+      prefetch_channel{buffer_size_, timeout_, std::move(produce)});
   }
 
   std::optional<std::int64_t> static_batch_size() const override {
