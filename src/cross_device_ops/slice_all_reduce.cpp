@@ -1,5 +1,5 @@
 // slice_all_reduce: which threads are the ranks of its shared-memory
-// communicator (transport/shm/). In cross-replica context, the destination
+// communicator (communicators/shm_communicator.hpp). In cross-replica context, the destination
 // devices' executor threads, one rank each; in replica context
 // (replica_context::all_reduce), the replica threads themselves, through
 // the communicator that replica_collectives() gives the strategy.
