@@ -700,6 +700,21 @@ TEST_CASE("mirrored_variable and sync_on_read_variable views check the kind") {
         == "variable 'r' is not a mirrored_variable");
 }
 
+TEST_CASE("a variable and its views are destinations: the devices of its copies") {
+  mirrored_strategy s{cpu_devices(3)};
+  auto scope = s.scope();
+  variable m{f32(0.0), {.name = "m"}};
+  variable r{f32(0.0), {.name = "r", .synchronization = synchronization::on_read}};
+  CHECK(destinations{m}.devices() == cpu_devices(3));
+  CHECK(destinations{mirrored_variable{m}}.devices() == cpu_devices(3));
+  CHECK(destinations{sync_on_read_variable{r}}.devices() == cpu_devices(3));
+  // A variable converts where destinations are asked for.
+  const auto copies = s.extended().broadcast_to(tensor::scalar(2.0f), m).values();
+  REQUIRE(copies.size() == 3);
+  for (std::size_t d = 0; d < 3; ++d)
+    CHECK(copies[d].device() == cpu_device(d));
+}
+
 TEST_CASE("outside a mirrored strategy variables are plain, with one copy") {
   SUBCASE("the default strategy keeps the caller's device") {
     variable v{f32(1.0), {.name = "v", .synchronization = synchronization::on_read}};

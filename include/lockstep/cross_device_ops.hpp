@@ -5,16 +5,19 @@
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/tensor.hpp"
 #include "lockstep/values.hpp"
-#include "lockstep/variable.hpp"
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace lockstep {
+
+class variable;
 
 namespace detail {
 struct replica_collectives;
@@ -32,8 +35,13 @@ public:
   destinations(const std::string& device);
   destinations(const tensor& value);
   destinations(const distributed_values<tensor>& value);
-  /// The devices of the variable's copies.
-  destinations(const variable& var);
+  /// The devices of the variable's copies (a variable, mirrored_variable or
+  /// sync_on_read_variable). A template, so that this header needs no
+  /// variable.hpp (the variables sit above the cross-device ops): `var` is
+  /// complete wherever a caller has one to pass.
+  template <class Variable>
+    requires std::derived_from<std::remove_cvref_t<Variable>, variable>
+  destinations(const Variable& var) : devices_(var.devices()) {}
 
   /// Canonical devices, in order.
   const std::vector<device_spec>& devices() const noexcept { return devices_; }

@@ -48,8 +48,6 @@ destinations::destinations(const std::string& device) {
 
 destinations::destinations(const tensor& value) : devices_{value.device()} {}
 
-destinations::destinations(const variable& var) : devices_(var.devices()) {}
-
 destinations::destinations(const distributed_values<tensor>& value) {
   devices_.reserve(value.size());
   for (const auto& x : value.values())
