@@ -21,7 +21,7 @@ namespace lockstep::detail {
 struct prefetch_channel::impl {
   impl(std::size_t buffer_size, std::chrono::milliseconds timeout, producer produce)
     : system(actors::shared_actor_system()),
-      buffer(std::make_shared<actors::prefetch_buffer>(std::move(produce))),
+      buffer(std::make_shared<prefetch_buffer>(std::move(produce))),
       actor(actors::spawn_input_actor(*system, buffer, buffer_size)),
       timeout(timeout) {}
 
@@ -36,7 +36,7 @@ struct prefetch_channel::impl {
   // Declared first, destroyed last: the actor system outlives the actor's
   // handle and the buffer.
   std::shared_ptr<caf::actor_system> system;
-  std::shared_ptr<actors::prefetch_buffer> buffer;
+  std::shared_ptr<prefetch_buffer> buffer;
   caf::actor actor;
   std::chrono::milliseconds timeout;
 };

@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include "actors/input_actor.hpp"
+#include "input/prefetch_buffer.hpp"
 
 #include "test_support.hpp"
 
@@ -562,7 +562,7 @@ struct destruction_probe {
 
 TEST_CASE("prefetch_buffer hands elements, then the producer's exception, across threads") {
   auto next = std::make_shared<std::int64_t>(0);
-  actors::prefetch_buffer buffer{[next]() -> std::shared_ptr<void> {
+  detail::prefetch_buffer buffer{[next]() -> std::shared_ptr<void> {
     if (*next == 100)
       throw input_failure("after 100");
     return std::make_shared<std::int64_t>((*next)++);
@@ -589,7 +589,7 @@ TEST_CASE("prefetch_buffer::cancel destroys the producer on the consumer's threa
   auto entered = std::make_shared<std::atomic<bool>>(false);
   auto release = std::make_shared<std::atomic<bool>>(false);
   auto probe = std::make_shared<destruction_probe>(destroyed_on);
-  actors::prefetch_buffer buffer{[probe = std::move(probe), entered, release]() -> std::shared_ptr<void> {
+  detail::prefetch_buffer buffer{[probe = std::move(probe), entered, release]() -> std::shared_ptr<void> {
     *entered = true;
     while (!*release)
       std::this_thread::yield();
@@ -615,7 +615,7 @@ TEST_CASE("prefetch_buffer::cancel leaves a stuck producer to the actor's thread
   auto entered = std::make_shared<std::atomic<bool>>(false);
   auto release = std::make_shared<std::atomic<bool>>(false);
   auto probe = std::make_shared<destruction_probe>(destroyed_on);
-  actors::prefetch_buffer buffer{[probe = std::move(probe), entered, release]() -> std::shared_ptr<void> {
+  detail::prefetch_buffer buffer{[probe = std::move(probe), entered, release]() -> std::shared_ptr<void> {
     *entered = true;
     while (!*release)
       std::this_thread::yield();
