@@ -5,6 +5,7 @@
 
 #include "collectives/allreduce_slices.hpp"
 
+#include "collectives/thread_scratch.hpp"
 #include "devices/elementwise_loops.hpp"
 
 #include <algorithm>
@@ -26,25 +27,6 @@ void combine_in_blocks(T* accumulator, const T* x, std::size_t count) {
   in_blocks(static_cast<std::int64_t>(count), [=](std::int64_t offset, std::int64_t length) {
     combine_loop<Op>(accumulator + offset, x + offset, length);
   });
-}
-
-/// A rank's scratch block, kept between calls (one per thread), aligned to
-/// a cache line: malloc's 16-byte alignment put the block at an address
-/// that depended on what the thread had allocated before, and a block that
-/// straddles cache lines made the same all-reduce 1.5x slower (every vector
-/// load and store of the accumulator split in two).
-std::byte* scratch(std::size_t bytes) {
-  constexpr std::align_val_t alignment{64};
-  struct aligned_delete {
-    void operator()(std::byte* p) const { ::operator delete(p, alignment); }
-  };
-  thread_local std::unique_ptr<std::byte, aligned_delete> block;
-  thread_local std::size_t size = 0;
-  if (size < bytes) {
-    block.reset(static_cast<std::byte*>(::operator new(bytes, alignment)));
-    size = bytes;
-  }
-  return block.get();
 }
 
 /// What a rank publishes at the rendezvous: the data of its inputs and
@@ -164,7 +146,7 @@ template <reduce_op Op, class T>
 void reduce_slice(const collective_group& group, const published_buffers& mine,
                   std::size_t first, std::size_t last, std::size_t chunk_bytes) {
   const auto chunk = std::max<std::size_t>(1, chunk_bytes / sizeof(T));
-  auto* block = scratch(chunk * scratch_per_element<T>);
+  auto* block = thread_scratch(chunk * scratch_per_element<T>);
   const auto& starts = mine.starts;
   // The tensor holding position `first`: the last one starting at or before it.
   auto i = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), first)

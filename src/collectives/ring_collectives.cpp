@@ -1,5 +1,6 @@
 #include "collectives/ring_collectives.hpp"
 
+#include "collectives/thread_scratch.hpp"
 #include "devices/elementwise_loops.hpp"
 #include "runtime/fault_injection.hpp"
 
@@ -23,16 +24,6 @@ struct neighbours {
   explicit neighbours(const link& ring)
     : next((ring.rank() + 1) % ring.size()), prev((ring.rank() + ring.size() - 1) % ring.size()) {}
 };
-
-/// The reduce-scatter's receive block, kept between calls, one per thread
-/// (a fresh one would cost a memset and page faults per call), at least
-/// `size` bytes.
-bytes& scratch_block(std::size_t size) {
-  thread_local bytes block;
-  if (block.size() < size)
-    block.resize(size);
-  return block;
-}
 
 // -- reductions -----------------------------------------------------------------------
 
@@ -104,7 +95,7 @@ void all_reduce_by_ring(link& ring, reduce_op op, dtype type, std::span<std::uin
   // fresh mmap on every call beyond malloc's 32 MiB threshold, page faults
   // included (64 MiB all-reduces ran 16x slower than 32 MiB ones).
   const auto chunk = std::min(ring_chunk_bytes, (elements / world + 1) * element);
-  auto& scratch = scratch_block(chunk);
+  auto* scratch = reinterpret_cast<std::uint8_t*>(thread_scratch(chunk));
   const auto rank = ring.rank() + world; // so that rank - t - 2 stays positive
   for (std::size_t t = 0; t + 1 < world; ++t) {
     const bool last = t + 2 == world;
@@ -115,8 +106,8 @@ void all_reduce_by_ring(link& ring, reduce_op op, dtype type, std::span<std::uin
     for (std::size_t at = 0; at < chunks; at += chunk) {
       const auto received = part(mine, at, chunk);
       ring.exchange(peers.next, part(out, at, chunk), peers.prev,
-                    std::span(scratch).first(received.size()), deadline);
-      combine(op, type, received.data(), scratch.data(), received.size());
+                    std::span(scratch, received.size()), deadline);
+      combine(op, type, received.data(), scratch, received.size());
       if (t == 0 && at == 0)
         fault_point("reduce-scatter");
       if (!last)

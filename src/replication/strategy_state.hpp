@@ -19,11 +19,12 @@
 
 #include <any>
 #include <atomic>
-#include <exception>
-#include <mutex>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -83,17 +84,16 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
     = 0;
 
   /// What a mirrored variable's write in replica context does, once, with
-  /// the values merged for it: posts `values` (one per copy) to `whole` as
-  /// the write `op` (a kind variable.cpp knows).
-  using merged_write = void (*)(const variable& whole, int op, std::vector<tensor> values);
+  /// the values merged for it: posts `values` (one per copy) to `whole`.
+  using merged_write = std::function<void(const variable& whole, std::vector<tensor> values)>;
 
   /// A mirrored variable's write in replica context, which merges through
   /// the strategy API: this replica's `value` meets the other replicas' in
   /// a merge_call, whose merge function reduces them by `reduce` onto
   /// `whole`'s copies (strategy_extended::reduce_to; none: replica 0's
-  /// value, broadcast_to) and passes the result to `post` with `op`.
+  /// value, broadcast_to) and passes the result to `post`.
   virtual void merge_write(const variable& whole, std::optional<reduce_op> reduce,
-                           const tensor& value, merged_write post, int op)
+                           const tensor& value, merged_write post)
     = 0;
 
   /// "mirrored_strategy(<devices>)", used in error messages.

@@ -63,7 +63,7 @@ struct public_strategy_state final : strategy_state {
   }
 
   void merge_write(const variable& whole, std::optional<reduce_op> reduce, const tensor& value,
-                   merged_write post, int op) override;
+                   merged_write post) override;
 
   /// What strategy::extended() returns.
   strategy_extended extended{*this};

@@ -20,13 +20,14 @@
 namespace lockstep::detail {
 
 void public_strategy_state::merge_write(const variable& whole, std::optional<reduce_op> reduce,
-                                        const tensor& value, merged_write post, int op) {
+                                        const tensor& value, merged_write post) {
   get_replica_context()->merge_call(
-    [whole, reduce, post, op](lockstep::strategy& st, const per_replica<tensor>& values) {
+    [whole, reduce, post = std::move(post)](lockstep::strategy& st,
+                                            const per_replica<tensor>& values) {
       auto& ext = st.extended();
       const auto reduced = reduce ? ext.reduce_to(*reduce, values, whole)
                                   : ext.broadcast_to(values.primary(), whole);
-      post(whole, op, reduced.values());
+      post(whole, reduced.values());
     },
     value);
 }

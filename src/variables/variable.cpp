@@ -300,12 +300,6 @@ tensor variable::value() const {
 
 namespace {
 
-/// A mirrored write in replica context, once its values are merged
-/// (strategy_state::merge_write).
-void post_merged(const variable& whole, int op, std::vector<tensor> values) {
-  whole.state().post(std::make_shared<op_write>(static_cast<write_op>(op), std::move(values)));
-}
-
 void write(const variable& var, write_op op, const tensor& x) {
   auto& s = var.state();
   check_value(s, x, op_name(op));
@@ -330,7 +324,11 @@ void write(const variable& var, write_op op, const tensor& x) {
     const auto reduce = s.aggregation == variable_aggregation::only_first_replica
                           ? std::nullopt
                           : std::optional<reduce_op>{to_reduce_op(s.aggregation)};
-    s.strategy->merge_write(var.container(), reduce, x, post_merged, static_cast<int>(op));
+    s.strategy->merge_write(var.container(), reduce, x,
+                            [op](const variable& whole, std::vector<tensor> values) {
+                              whole.state().post(
+                                std::make_shared<op_write>(op, std::move(values)));
+                            });
     return;
   }
   // Cross-replica (or default) context: every copy.
