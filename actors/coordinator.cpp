@@ -1,6 +1,6 @@
 #include "actors/coordinator.hpp"
 
-#include "actors/actor_system.hpp"
+#include "actor_system/actor_system.hpp"
 #include "actors/messages.hpp"
 #include "actors/prompt_blocking_actor.hpp"
 #include "actors/replica_actor.hpp"
@@ -94,7 +94,7 @@ struct coordinator::call {
 
 coordinator::coordinator(detail::strategy_state& state)
   : state_(state),
-    system_(shared_actor_system()),
+    system_(detail::shared_actor_system()),
     context_(system_.get()),
     busy_(state.devices.size(), 0),
     timeline_track_(detail::timeline_track(detail::track_kind::coordinator, 0)) {

@@ -1,8 +1,10 @@
 #include "actors/input_actor.hpp"
 
-#include "actors/detached_actor.hpp"
+#include "actor_system/actor_system.hpp"
+#include "actor_system/detached_actor.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/send.hpp>
 
 #include <utility>
@@ -11,10 +13,12 @@ namespace lockstep::actors {
 
 namespace {
 
-class input_actor final : public detached_actor {
+const detail::message_types_registrar actor_message_types{&add_actor_message_types};
+
+class input_actor final : public detail::detached_actor {
 public:
   input_actor(caf::actor_config& cfg, std::shared_ptr<detail::prefetch_buffer> buffer)
-    : detached_actor(cfg), buffer_(std::move(buffer)) {}
+    : detail::detached_actor(cfg), buffer_(std::move(buffer)) {}
 
   caf::behavior make_behavior() override {
     return {
@@ -37,9 +41,13 @@ private:
 
 } // namespace
 
+void add_actor_message_types(caf::actor_system_config& config) {
+  config.add_message_type<input_demand>("lockstep.input_demand");
+}
+
 caf::actor spawn_input_actor(caf::actor_system& system, std::shared_ptr<detail::prefetch_buffer> buffer,
                              std::uint64_t initial_demand) {
-  auto actor = spawn_detached<input_actor>(system, "the input actor (dataset prefetch)",
+  auto actor = detail::spawn_detached<input_actor>(system, "the input actor (dataset prefetch)",
                                            std::move(buffer));
   caf::anon_send(actor, input_demand{initial_demand});
   return actor;

@@ -30,7 +30,7 @@ namespace lockstep::actors {
 
 /// Spawns a detached input actor that fills `buffer`, starting with
 /// `initial_demand` elements. resource_error when its thread cannot start
-/// (actors/detached_actor.hpp).
+/// (actor_system/detached_actor.hpp).
 caf::actor spawn_input_actor(caf::actor_system& system, std::shared_ptr<detail::prefetch_buffer> buffer,
                              std::uint64_t initial_demand);
 

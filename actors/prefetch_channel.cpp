@@ -6,7 +6,7 @@
 #include "lockstep/dataset.hpp"
 #include "lockstep/runtime_options.hpp"
 
-#include "actors/actor_system.hpp"
+#include "actor_system/actor_system.hpp"
 #include "actors/input_actor.hpp"
 #include "runtime/log.hpp"
 #include "runtime/timeline.hpp"
@@ -20,7 +20,7 @@ namespace lockstep::detail {
 
 struct prefetch_channel::impl {
   impl(std::size_t buffer_size, std::chrono::milliseconds timeout, producer produce)
-    : system(actors::shared_actor_system()),
+    : system(detail::shared_actor_system()),
       buffer(std::make_shared<prefetch_buffer>(std::move(produce))),
       actor(actors::spawn_input_actor(*system, buffer, buffer_size)),
       timeout(timeout) {}
@@ -71,7 +71,7 @@ std::uint64_t prefetch_channel::produced() const {
 }
 
 std::shared_ptr<void> input_runtime() {
-  return actors::shared_actor_system();
+  return detail::shared_actor_system();
 }
 
 } // namespace lockstep::detail

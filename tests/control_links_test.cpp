@@ -81,8 +81,8 @@ TEST_CASE("posts arrive decoded, in order, naming the peer they came from") {
   s.worker->start(at_worker.deliver());
 
   for (std::uint64_t seq = 1; seq <= 3; ++seq)
-    s.coordinator->post(1, actors::heartbeat{0, 0, seq, 42});
-  actors::collective_abort abort;
+    s.coordinator->post(1, detail::heartbeat{0, 0, seq, 42});
+  detail::collective_abort abort;
   abort.error.message = "worker 2 was lost";
   s.worker->post(0, abort);
 
@@ -90,14 +90,14 @@ TEST_CASE("posts arrive decoded, in order, naming the peer they came from") {
   REQUIRE(worker_got.size() == 3);
   for (std::uint64_t i = 0; i < 3; ++i) {
     CHECK(worker_got[i].peer == 0);
-    REQUIRE(std::holds_alternative<actors::heartbeat>(worker_got[i].what));
-    CHECK(std::get<actors::heartbeat>(worker_got[i].what).sequence == i + 1);
+    REQUIRE(std::holds_alternative<detail::heartbeat>(worker_got[i].what));
+    CHECK(std::get<detail::heartbeat>(worker_got[i].what).sequence == i + 1);
   }
   const auto coordinator_got = at_coordinator.await(1);
   REQUIRE(coordinator_got.size() == 1);
   CHECK(coordinator_got[0].peer == 1);
-  REQUIRE(std::holds_alternative<actors::collective_abort>(coordinator_got[0].what));
-  CHECK(std::get<actors::collective_abort>(coordinator_got[0].what).error.message
+  REQUIRE(std::holds_alternative<detail::collective_abort>(coordinator_got[0].what));
+  CHECK(std::get<detail::collective_abort>(coordinator_got[0].what).error.message
         == "worker 2 was lost");
 }
 
@@ -106,12 +106,12 @@ TEST_CASE("a connection that closes arrives as a failure; what was posted first 
   star s;
   s.coordinator->start(at_coordinator.deliver());
   s.worker->start([](control_event) {});
-  s.worker->post(0, actors::heartbeat{1, 0, 0, 0}); // a goodbye, written before the stop
+  s.worker->post(0, detail::heartbeat{1, 0, 0, 0}); // a goodbye, written before the stop
   s.worker.reset(); // stops its thread, closes the connection
   const auto got = at_coordinator.await(2);
   REQUIRE(got.size() == 2);
-  REQUIRE(std::holds_alternative<actors::heartbeat>(got[0].what));
-  CHECK(std::get<actors::heartbeat>(got[0].what).sequence == 0);
+  REQUIRE(std::holds_alternative<detail::heartbeat>(got[0].what));
+  CHECK(std::get<detail::heartbeat>(got[0].what).sequence == 0);
   REQUIRE(std::holds_alternative<std::string>(got[1].what));
   CHECK(got[1].peer == 1);
   CHECK(std::get<std::string>(got[1].what).find("its control connection closed")
@@ -120,7 +120,7 @@ TEST_CASE("a connection that closes arrives as a failure; what was posted first 
 
 TEST_CASE("links that never started stop and close cleanly") {
   star s;
-  s.coordinator->post(1, actors::heartbeat{0, 0, 1, 0}); // queued, never written
+  s.coordinator->post(1, detail::heartbeat{0, 0, 1, 0}); // queued, never written
   s.coordinator.reset();
   s.worker.reset();
 }

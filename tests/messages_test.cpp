@@ -1,12 +1,13 @@
-// The messages that may cross a process (actors/wire_messages.hpp) through
+// The messages that may cross a process (node/wire_messages.hpp) through
 // CAF's binary serializer and back, errors as values (runtime/error_value.hpp)
 // through it with their type intact, what a damaged byte buffer gives (an
 // error, no crash), and the registration that makes the types known to an
 // actor system.
 
-#include "actors/actor_system.hpp"
 #include "actors/messages.hpp"
-#include "node/wire_messages.hpp"
+#include "node/wire_format.hpp"
+
+#include "actor_system/actor_system.hpp"
 #include "collectives/collective_group.hpp"
 #include "runtime/error_value.hpp"
 
@@ -34,8 +35,7 @@
 
 using namespace lockstep;
 using namespace lockstep::actors;
-using lockstep::detail::error_kind;
-using lockstep::detail::error_value;
+using namespace lockstep::detail;
 
 namespace {
 
@@ -573,10 +573,9 @@ static_assert(!caf::detail::is_inspectable<caf::serializer, run_message>::value)
 
 } // namespace
 
-TEST_CASE("register_messages makes every serialisable message known to an actor system") {
-  caf::actor_system_config config;
-  register_messages(config);
-  caf::actor_system system{config};
+TEST_CASE("each layer's registrar makes its serialisable messages known to the shared actor system") {
+  const auto shared = detail::shared_actor_system();
+  auto& system = *shared;
   check_registered<input_demand>(system, "lockstep.input_demand");
   check_registered<error_value>(system, "lockstep.error_value");
   check_registered<join_request>(system, "lockstep.join_request");
@@ -649,12 +648,4 @@ TEST_CASE("without the registration, a message holding one cannot be serialised"
   caf::binary_serializer dropping{system, other};
   CHECK_FALSE(dropping(msg));
   CHECK(other.empty());
-}
-
-TEST_CASE("the process's shared actor system registers the messages") {
-  auto system = shared_actor_system();
-  check_registered<join_request>(*system, "lockstep.join_request");
-  check_registered<collective_control>(*system, "lockstep.collective_control");
-  check_registered<error_value>(*system, "lockstep.error_value");
-  check_local_only<run_message>(*system);
 }

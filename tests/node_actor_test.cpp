@@ -1,10 +1,10 @@
 // The node actor's failure detection, without sockets: its sends and its
 // loss go to a recorder, and the test plays the peers' messages and the
-// links' failures (actors/node_actor.hpp).
+// links' failures (node/node_actor.hpp).
 
-#include "actors/actor_system.hpp"
-#include "actors/messages.hpp"
-#include "actors/node_actor.hpp"
+#include "node/node_actor.hpp"
+
+#include "actor_system/actor_system.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-using namespace lockstep::actors;
+using namespace lockstep::detail;
 using namespace std::chrono_literals;
 
 namespace {

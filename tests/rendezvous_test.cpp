@@ -195,7 +195,7 @@ struct loopback_cluster {
     : world(world_size), join_timeout(timeout) {}
 
   rendezvous_settings settings(std::size_t rank,
-                               std::vector<actors::agreed_setting> agreed = {}) const {
+                               std::vector<detail::agreed_setting> agreed = {}) const {
     cluster_spec spec;
     spec.job_id = "rendezvous-test";
     spec.world_size = world;
@@ -243,14 +243,14 @@ private:
 };
 
 rank_thread coordinator_of(loopback_cluster& cluster,
-                           std::vector<actors::agreed_setting> agreed = {}) {
+                           std::vector<detail::agreed_setting> agreed = {}) {
   return rank_thread([&cluster, agreed = std::move(agreed)] {
     return coordinate_rendezvous(cluster.acceptor, cluster.settings(0, agreed));
   });
 }
 
 rank_thread worker_of(loopback_cluster& cluster, std::size_t rank,
-                      std::vector<actors::agreed_setting> agreed = {}, bytes with_token = token) {
+                      std::vector<detail::agreed_setting> agreed = {}, bytes with_token = token) {
   return rank_thread([&cluster, rank, agreed = std::move(agreed), with_token] {
     auto settings = cluster.settings(rank, agreed);
     settings.token = with_token;
@@ -354,7 +354,7 @@ TEST_CASE("coordinate_rendezvous: a worker with another token is logged at once 
 TEST_CASE("coordinate_rendezvous: settings that differ fail every worker, naming each value and "
           "rank") {
   loopback_cluster cluster(3, 30s);
-  const std::vector<actors::agreed_setting> agreed{{"--lr", "0.1"}, {"--seed", "42"}};
+  const std::vector<detail::agreed_setting> agreed{{"--lr", "0.1"}, {"--seed", "42"}};
   auto rank0 = coordinator_of(cluster, agreed);
   auto rank1 = worker_of(cluster, 1, {{"--lr", "0.1"}, {"--seed", "7"}});
   auto rank2 = worker_of(cluster, 2, {{"--lr", "0.05"}, {"--seed", "42"}, {"--epochs", "3"}});
@@ -392,7 +392,7 @@ TEST_CASE("check_agreed_settings: the limits, and lockstep's own names") {
                    check_agreed_settings({{"a", std::string(max_setting_value_bytes + 1, 'v')}});
                  }),
                  "the value of \"a\" has 1025 bytes, at most 1024"));
-  std::vector<actors::agreed_setting> many;
+  std::vector<detail::agreed_setting> many;
   for (std::size_t i = 0; i <= max_agreed_settings; ++i)
     many.push_back({"s" + std::to_string(i), "1"});
   CHECK(contains(error_of<value_error>([&] { check_agreed_settings(many); }),

@@ -5,7 +5,7 @@
 // through detail::thread_start_hook; tests/thread_limits_test.cpp runs the
 // main job under real limits.
 
-#include "actors/actor_system.hpp"
+#include "actor_system/actor_system.hpp"
 #include "runtime/thread_start.hpp"
 #include "runtime/timeline.hpp"
 
@@ -112,7 +112,7 @@ TEST_CASE("start_thread turns a failed start into resource_error naming the thre
 
 TEST_CASE("an input actor whose thread cannot be created is a resource_error, and the actor "
           "system still shuts down") {
-  auto system = actors::shared_actor_system();
+  auto system = detail::shared_actor_system();
   {
     // The thread itself fails, inside CAF's launch (not the seam): what
     // launch had counted and registered for it must be undone.

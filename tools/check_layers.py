@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/check_layers.py [--root DIR] [--design FILE] [--known FILE]
+"""tools/check_layers.py [--root DIR] [--design FILE]
 
 Checks that the library's includes follow its layers. The layer table is
 the block fenced with ```layers in docs/design.md: one line per layer, the
@@ -12,10 +12,8 @@ include/ must point into its own folder, a folder of a lower layer, or an
 allowed sibling.
 
 An include that breaks the rule fails the check, naming the file, the line
-and both layers, unless tools/layer_exceptions.txt lists it (the upward
-includes this check found when it came, which issue 27 removes); a listed
-include that is gone fails too, so the list only shrinks. The allowed
-sibling includes must not form a cycle between folders.
+and both layers. The allowed sibling includes must not form a cycle
+between folders.
 
 Exit status: 0 when the includes hold, 1 when not, 2 for a table that
 cannot be read.
@@ -129,11 +127,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--design", type=Path)
-    parser.add_argument("--known", type=Path)
     args = parser.parse_args()
     root = args.root.resolve()
     design = args.design or root / "docs" / "design.md"
-    known_file = args.known or root / "tools" / "layer_exceptions.txt"
     try:
         layers, owners = read_table(design)
     except (OSError, TableError) as e:
@@ -149,18 +145,10 @@ def main():
         print("check_layers: the allowed sibling includes form a cycle: " + " -> ".join(cycle))
         return 1
 
-    known = set()
-    if known_file.is_file():
-        for line in known_file.read_text(encoding="utf-8").splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                known.add(line)
-
     def layer_name(folder):
         return f"'{folder}' (layer {rank[folder] + 1} of {len(layers)} from the top)"
 
     failures = []
-    found_known = set()
     files = sorted(p for d in ("src", "actors", "include")
                    for p in (root / d).rglob("*") if p.suffix in (".hpp", ".cpp", ".h", ".cu", ".cuh"))
     for path in files:
@@ -187,24 +175,16 @@ def main():
                 continue
             if rank[target] > rank[source] or (source, target) in siblings:
                 continue
-            key = f"{path.relative_to(root)}: {match.group(1)}"
-            if key in known:
-                found_known.add(key)
-                continue
             how = "up to" if rank[target] < rank[source] else "into its sibling"
             failures.append(f"{path.relative_to(root)}:{number}: #include \"{match.group(1)}\" "
                             f"points {how} {layer_name(target)} from {layer_name(source)}")
-    for key in sorted(known - found_known):
-        failures.append(f"{known_file.relative_to(root) if known_file.is_relative_to(root) else known_file}: "
-                        f"'{key}' is listed but no longer breaks a layer: remove it from the list")
     for failure in failures:
         print(failure)
     if failures:
         print(f"check_layers: {len(failures)} include(s) break the layers of "
               f"{design.name} (tools/check_layers.py says how)")
         return 1
-    print(f"check_layers: {len(files)} files, {len(layers)} layers: the includes hold "
-          f"({len(found_known)} known exceptions, tools/layer_exceptions.txt)")
+    print(f"check_layers: {len(files)} files, {len(layers)} layers: the includes hold")
     return 0
 
 

@@ -12,7 +12,7 @@ namespace lockstep::detail {
 
 namespace {
 
-const std::string* value_of(const std::vector<actors::agreed_setting>& settings,
+const std::string* value_of(const std::vector<agreed_setting>& settings,
                             const std::string& name) {
   const auto found = std::find_if(settings.begin(), settings.end(),
                                   [&](const auto& s) { return s.name == name; });
@@ -21,7 +21,7 @@ const std::string* value_of(const std::vector<actors::agreed_setting>& settings,
 
 } // namespace
 
-void check_agreed_settings(const std::vector<actors::agreed_setting>& settings) {
+void check_agreed_settings(const std::vector<agreed_setting>& settings) {
   if (settings.size() > max_agreed_settings)
     throw value_error("agreed_settings: " + std::to_string(settings.size())
                       + " settings, at most " + std::to_string(max_agreed_settings));
@@ -41,7 +41,7 @@ void check_agreed_settings(const std::vector<actors::agreed_setting>& settings) 
 }
 
 std::optional<std::string>
-settings_disagreement(const std::vector<std::vector<actors::agreed_setting>>& by_rank) {
+settings_disagreement(const std::vector<std::vector<agreed_setting>>& by_rank) {
   // Every name any rank declared, in the order of the first rank that has it.
   std::vector<std::string> names;
   for (const auto& settings : by_rank)

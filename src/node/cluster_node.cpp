@@ -1,15 +1,14 @@
 #include "node/cluster_node.hpp"
 
-#include "node/control_links.hpp"
 #include "node/clock_sync.hpp"
+#include "node/control_links.hpp"
 #include "node/join_cancellation.hpp"
+#include "node/node_actor.hpp"
 #include "node/rendezvous.hpp"
+
+#include "actor_system/actor_system.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"
-
-#include "actors/actor_system.hpp"
-#include "actors/messages.hpp"
-#include "actors/node_actor.hpp"
 
 #include "lockstep/error.hpp"
 
@@ -146,7 +145,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   // The node actor watches the peers; control_links carries its messages.
   links_ = std::make_shared<control_links>(rank, std::move(joined.control),
                                            settings.heartbeat_interval);
-  system_ = actors::shared_actor_system();
+  system_ = shared_actor_system();
   // A collective that times out names the workers that did not reach it:
   // the coordinator asks every worker and answers once all did, or after
   // progress_wait (a frozen worker never does); the asker waits for that
@@ -155,7 +154,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
     std::clamp(settings.heartbeat_interval / 2, std::chrono::milliseconds{100},
                std::chrono::milliseconds{1000});
   const auto ask_wait = progress_wait + std::max(progress_wait, std::chrono::milliseconds{200});
-  node_ = actors::spawn_node_actor(
+  node_ = spawn_node_actor(
     *system_,
     {.rank = static_cast<std::uint32_t>(rank),
      .peers = links_->peers(),
@@ -164,13 +163,13 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
      .progress_wait = progress_wait,
      // Weak: should the actor outlive a stop that timed out, it posts nothing.
      .send = [control = std::weak_ptr<control_links>(links_)](
-               std::uint32_t peer, const actors::control_post& message) {
+               std::uint32_t peer, const control_post& message) {
        if (const auto links = control.lock())
          links->post(peer, message);
      },
      .reached = [ring = ring_] { return ring->reached(); },
      .on_lost = [ring = ring_](const error_value& why) { ring->break_ring(why); }});
-  static_assert(actors::collective_progress::no_answer == tcp_ring_communicator::no_answer);
+  static_assert(collective_progress::no_answer == tcp_ring_communicator::no_answer);
   // Weak: the ring may outlive this node (the strategy's state holds it).
   ring_->explain_timeouts(
     ask_wait,
@@ -182,14 +181,14 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
       if (!live_system || !live_node)
         return reached;
       caf::scoped_actor self{*live_system};
-      self->request(live_node, ask_wait, actors::progress_atom::value, seq)
-        .receive([&](const actors::collective_progress& answers) { reached = answers.reached; },
+      self->request(live_node, ask_wait, progress_atom::value, seq)
+        .receive([&](const collective_progress& answers) { reached = answers.reached; },
                  [](const caf::error&) {});
       return reached;
     },
     [node = caf::actor_cast<caf::weak_actor_ptr>(node_)](const error_value& why) {
       if (const auto live_node = caf::actor_cast<caf::actor>(node.lock()))
-        caf::anon_send(live_node, actors::abort_atom::value, why);
+        caf::anon_send(live_node, abort_atom::value, why);
     });
   try {
     start_links();
@@ -213,8 +212,8 @@ void cluster_node::start_links() {
       [&](auto& what) {
         using type = std::decay_t<decltype(what)>;
         if constexpr (std::is_same_v<type, std::string>)
-          caf::anon_send(node, actors::link_failure{event.peer, std::move(what)});
-        else if constexpr (std::is_same_v<type, actors::collective_progress>)
+          caf::anon_send(node, link_failure{event.peer, std::move(what)});
+        else if constexpr (std::is_same_v<type, collective_progress>)
           caf::anon_send(node, event.peer, std::move(what));
         else {
           what.rank = event.peer; // the authenticated connection's rank, not the claim
@@ -233,7 +232,7 @@ cluster_node::~cluster_node() {
   // write it before they stop. Their delivery holds a handle of the actor:
   // both go before the actor system may (its destructor waits for every
   // actor to be gone).
-  actors::stop_node_actor(*system_, node_, 2 * heartbeat_interval_);
+  stop_node_actor(*system_, node_, 2 * heartbeat_interval_);
   links_.reset();
   node_ = caf::actor{};
   system_.reset();

@@ -4,7 +4,7 @@
 // multi_worker_mirrored_strategy: the rendezvous at rank 0 (rendezvous.hpp),
 // the ring of data connections between the workers (the leaders' stage of
 // every collective, tcp_ring_communicator.hpp), and the node actor
-// (actors/node_actor.hpp), which hears the peers' heartbeats through the
+// (node_actor.hpp), which hears the peers' heartbeats through the
 // control connections (control_links.hpp) and breaks the ring when a peer
 // is lost, so that every pending and later collective raises
 // peer_lost_error naming it. When a collective between the workers times
@@ -38,7 +38,7 @@ class control_links;
 struct node_settings {
   std::uint32_t local_replicas = 1;
   /// What every worker must share (rendezvous.hpp).
-  std::vector<actors::agreed_setting> settings;
+  std::vector<agreed_setting> settings;
   std::chrono::milliseconds join_timeout{std::chrono::seconds{300}};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds{1}};
   std::chrono::milliseconds peer_timeout{std::chrono::seconds{10}};
@@ -54,7 +54,7 @@ public:
   cluster_node(const cluster_node&) = delete;
   cluster_node& operator=(const cluster_node&) = delete;
 
-  const actors::membership& membership() const noexcept { return membership_; }
+  const detail::membership& membership() const noexcept { return membership_; }
 
   /// The collective between the workers, one rank per process.
   const std::shared_ptr<tcp_ring_communicator>& ring() const noexcept { return ring_; }
@@ -68,7 +68,7 @@ private:
 
   // Shared with the ring, whose sockets may outlive this node.
   std::shared_ptr<boost::asio::io_context> context_;
-  actors::membership membership_;
+  detail::membership membership_;
   clock_estimate clock_;
   std::shared_ptr<tcp_ring_communicator> ring_;
   std::shared_ptr<control_links> links_;

@@ -58,7 +58,7 @@ std::vector<std::uint32_t> control_links::peers() const {
   return ranks;
 }
 
-void control_links::post(std::uint32_t peer, const actors::control_post& message) {
+void control_links::post(std::uint32_t peer, const control_post& message) {
   {
     std::lock_guard lock{mutex_};
     queue_.emplace_back(peer, message);
@@ -77,7 +77,7 @@ void control_links::stop() {
 }
 
 void control_links::write_queued() {
-  std::deque<std::pair<std::uint32_t, actors::control_post>> queue;
+  std::deque<std::pair<std::uint32_t, control_post>> queue;
   {
     std::lock_guard lock{mutex_};
     queue.swap(queue_);
@@ -125,11 +125,11 @@ void control_links::loop() {
       try {
         const auto f = read_frame(l.socket, max_control_payload, io_clock::now() + write_timeout_);
         if (f.kind == static_cast<std::uint32_t>(control_kind::collective_abort))
-          deliver_({l.peer, decode_control<actors::collective_abort>(f)});
+          deliver_({l.peer, decode_control<collective_abort>(f)});
         else if (f.kind == static_cast<std::uint32_t>(control_kind::collective_progress))
-          deliver_({l.peer, decode_control<actors::collective_progress>(f)});
+          deliver_({l.peer, decode_control<collective_progress>(f)});
         else
-          deliver_({l.peer, decode_control<actors::heartbeat>(f)});
+          deliver_({l.peer, decode_control<heartbeat>(f)});
       } catch (const connection_closed& e) {
         l.failed = true;
         deliver_({l.peer, std::string("its control connection closed (") + e.what()

@@ -3,11 +3,11 @@
 // control_links: the control connections the rendezvous left open (a star:
 // the coordinator holds one per worker, each worker one to the coordinator)
 // and the one thread that does all their I/O. It reads frames and hands
-// each message, decoded, to `deliver` (the node actor, actors/node_actor),
+// each message, decoded, to `deliver` (the node actor, node_actor.hpp),
 // with the peer it came from; a connection that closes or fails is
 // delivered as a failure naming why. It writes what post() queues, in
 // order. No CAF here: the messages are the plain structs of
-// actors/wire_messages.hpp.
+// wire_messages.hpp.
 
 #include "node/wire_messages.hpp"
 #include "transport/tcp/socket_io.hpp"
@@ -27,7 +27,7 @@ namespace lockstep::detail {
 /// What a peer's connection gave: a message, or why it failed.
 struct control_event {
   std::uint32_t peer = 0;
-  std::variant<actors::heartbeat, actors::collective_abort, actors::collective_progress,
+  std::variant<heartbeat, collective_abort, collective_progress,
                std::string>
     what;
 };
@@ -56,7 +56,7 @@ public:
 
   /// Queues `message` for `peer`; the thread writes it. A failed write is
   /// delivered as the connection's failure.
-  void post(std::uint32_t peer, const actors::control_post& message);
+  void post(std::uint32_t peer, const control_post& message);
 
   /// Writes what is queued, then stops the thread (within about
   /// `write_timeout`); the connections stay open until destruction.
@@ -78,7 +78,7 @@ private:
   std::vector<link> links_;
   int wake_[2] = {-1, -1}; // a pipe: post() and stop() wake the thread
   std::mutex mutex_;       // guards the two fields below
-  std::deque<std::pair<std::uint32_t, actors::control_post>> queue_;
+  std::deque<std::pair<std::uint32_t, control_post>> queue_;
   bool stopping_ = false;
   std::thread thread_;
 };

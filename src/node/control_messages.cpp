@@ -1,7 +1,10 @@
 #include "node/control_messages.hpp"
 
-#include "actors/messages.hpp"
+#include "node/wire_format.hpp"
 
+#include "actor_system/actor_system.hpp"
+
+#include <caf/actor_system_config.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
@@ -9,6 +12,24 @@
 #include <vector>
 
 namespace lockstep::detail {
+
+namespace {
+
+const message_types_registrar node_message_types{&add_node_message_types};
+
+} // namespace
+
+void add_node_message_types(caf::actor_system_config& config) {
+  config.add_message_type<join_request>("lockstep.join_request")
+    .add_message_type<join_reply>("lockstep.join_reply")
+    .add_message_type<member>("lockstep.member")
+    .add_message_type<membership>("lockstep.membership")
+    .add_message_type<heartbeat>("lockstep.heartbeat")
+    .add_message_type<collective_control>("lockstep.collective_control")
+    .add_message_type<collective_abort>("lockstep.collective_abort")
+    .add_message_type<collective_progress>("lockstep.collective_progress")
+    .add_message_type<variable_created>("lockstep.variable_created");
+}
 
 const char* to_string(control_kind kind) noexcept {
   switch (kind) {
@@ -63,9 +84,9 @@ Message decode_control(const frame& f) {
 }
 
 #define LOCKSTEP_CONTROL_MESSAGE(type)                                                      \
-  template void send_control<actors::type>(tcp_socket&, const actors::type&,                \
+  template void send_control<type>(tcp_socket&, const type&,                \
                                            io_clock::time_point);                           \
-  template actors::type decode_control<actors::type>(const frame&);
+  template type decode_control<type>(const frame&);
 
 LOCKSTEP_CONTROL_MESSAGE(join_request)
 LOCKSTEP_CONTROL_MESSAGE(join_reply)

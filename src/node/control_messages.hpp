@@ -1,10 +1,10 @@
 #pragma once
 
-// The messages of the control plane (actors/wire_messages.hpp) as frames on
-// an authenticated connection: one frame kind per message type, the payload
+// The messages of the control plane (wire_messages.hpp) as frames on an
+// authenticated connection: one frame kind per message type, the payload
 // CAF's binary serialisation of the struct (the inspect() functions of
-// actors/messages.hpp). CAF appears only in the .cpp: callers see plain
-// structs and bytes.
+// wire_format.hpp). CAF appears only in the .cpp, which also registers the
+// types with the actor system: callers see plain structs and bytes.
 
 #include "node/wire_messages.hpp"
 #include "transport/tcp/frame.hpp"
@@ -43,27 +43,27 @@ public:
 template <class Message>
 struct control_kind_of;
 template <>
-struct control_kind_of<actors::join_request> {
+struct control_kind_of<join_request> {
   static constexpr auto value = control_kind::join_request;
 };
 template <>
-struct control_kind_of<actors::join_reply> {
+struct control_kind_of<join_reply> {
   static constexpr auto value = control_kind::join_reply;
 };
 template <>
-struct control_kind_of<actors::membership> {
+struct control_kind_of<membership> {
   static constexpr auto value = control_kind::membership;
 };
 template <>
-struct control_kind_of<actors::heartbeat> {
+struct control_kind_of<heartbeat> {
   static constexpr auto value = control_kind::heartbeat;
 };
 template <>
-struct control_kind_of<actors::collective_abort> {
+struct control_kind_of<collective_abort> {
   static constexpr auto value = control_kind::collective_abort;
 };
 template <>
-struct control_kind_of<actors::collective_progress> {
+struct control_kind_of<collective_progress> {
   static constexpr auto value = control_kind::collective_progress;
 };
 

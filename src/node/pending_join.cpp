@@ -54,7 +54,7 @@ void pending_join::on_input() {
       return;
     }
     case stage::frame_payload:
-      request_ = decode_control<actors::join_request>(frame{frame_kind_, std::move(input_)});
+      request_ = decode_control<join_request>(frame{frame_kind_, std::move(input_)});
       stage_ = stage::done;
       return;
     case stage::done:
@@ -62,7 +62,7 @@ void pending_join::on_input() {
   }
 }
 
-std::optional<actors::join_request> pending_join::advance() {
+std::optional<join_request> pending_join::advance() {
   try {
     return move_bytes();
   } catch (const connection_closed&) {
@@ -75,7 +75,7 @@ std::optional<actors::join_request> pending_join::advance() {
   }
 }
 
-std::optional<actors::join_request> pending_join::move_bytes() {
+std::optional<join_request> pending_join::move_bytes() {
   for (;;) {
     boost::system::error_code error;
     if (sent_ < output_.size()) {

@@ -47,7 +47,7 @@ public:
   /// handshake_refused (no lockstep hello, another job or generation, a
   /// proof that does not verify, a client that hangs up on our proof),
   /// connection_closed, frame_too_large or bad_control_message.
-  std::optional<actors::join_request> advance();
+  std::optional<join_request> advance();
 
   /// The rank the peer proved in the handshake, once advance() returned its
   /// request.
@@ -63,7 +63,7 @@ private:
   /// The bytes of the current stage are all in: act on them.
   void on_input();
   /// advance(), but for what a closed connection means.
-  std::optional<actors::join_request> move_bytes();
+  std::optional<join_request> move_bytes();
 
   tcp_socket socket_;
   std::string from_;
@@ -76,7 +76,7 @@ private:
   bytes output_; // a reply, written before anything more is read
   std::size_t sent_ = 0;
   std::uint32_t frame_kind_ = 0;
-  std::optional<actors::join_request> request_;
+  std::optional<join_request> request_;
 };
 
 } // namespace lockstep::detail

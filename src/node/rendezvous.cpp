@@ -23,10 +23,6 @@ namespace lockstep::detail {
 namespace {
 
 namespace asio = boost::asio;
-using actors::join_reply;
-using actors::join_request;
-using actors::member;
-using actors::membership;
 
 std::string worker(std::uint32_t rank) {
   return "worker " + std::to_string(rank);
@@ -54,9 +50,9 @@ std::optional<std::string> refusal(const join_request& request, std::uint32_t ha
                                    const std::map<std::uint32_t, join_request>& joined) {
   const auto who = worker(handshake_rank);
   const auto world = settings.spec.world_size;
-  if (request.protocol_version != actors::wire_protocol_version)
+  if (request.protocol_version != wire_protocol_version)
     return who + ": wire protocol version " + std::to_string(request.protocol_version)
-           + ", the coordinator's is " + std::to_string(actors::wire_protocol_version)
+           + ", the coordinator's is " + std::to_string(wire_protocol_version)
            + " (run the same lockstep on every worker)";
   if (request.rank != handshake_rank)
     return who + ": its join names rank " + std::to_string(request.rank)
@@ -123,7 +119,7 @@ public:
   /// Compares the workers' settings with rank 0's; throws value_error
   /// naming each difference.
   void check_settings() const {
-    std::vector<std::vector<actors::agreed_setting>> by_rank{settings_.settings};
+    std::vector<std::vector<agreed_setting>> by_rank{settings_.settings};
     for (const auto& [rank, request] : joined_)
       by_rank.push_back(request.settings);
     if (auto why = settings_disagreement(by_rank))

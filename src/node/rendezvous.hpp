@@ -18,7 +18,7 @@
 // other way, every worker that joined gets the same error. Otherwise each
 // gets the membership (every rank's data address and replicas), and the
 // control connections stay open for the heartbeats (control_links.hpp,
-// actors/node_actor.hpp). cancel_joins() ends either side's waits at once.
+// node_actor.hpp). cancel_joins() ends either side's waits at once.
 // No CAF actor system: the messages go through CAF's serialiser only.
 
 #include "node/wire_messages.hpp"
@@ -44,7 +44,7 @@ struct rendezvous_settings {
   std::uint32_t local_replicas = 1;
   /// What must agree between workers (lockstep's version, the replicas per
   /// worker, the program's settings).
-  std::vector<actors::agreed_setting> settings;
+  std::vector<agreed_setting> settings;
   /// Where this worker's data listener is; a wildcard or empty host is
   /// replaced by the address the worker's control connection leaves from
   /// (rank 0: the coordinator's host).
@@ -56,7 +56,7 @@ struct rendezvous_settings {
 };
 
 struct rendezvous_result {
-  actors::membership membership;
+  detail::membership membership;
   /// The coordinator: one connection per rank, at that index (index 0 is
   /// its own and unconnected). Another worker: one, to the coordinator.
   std::vector<tcp_socket> control;

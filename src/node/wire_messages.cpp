@@ -2,7 +2,7 @@
 
 #include "collectives/collective_group.hpp"
 
-namespace lockstep::actors {
+namespace lockstep::detail {
 
 collective_control to_collective_control(const detail::collective_fingerprint& fingerprint,
                                          std::uint32_t rank, std::uint64_t generation) {
@@ -45,4 +45,4 @@ detail::collective_fingerprint to_collective_fingerprint(const collective_contro
   return fingerprint;
 }
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail

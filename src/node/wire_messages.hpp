@@ -5,12 +5,10 @@
 // (integers, strings, vectors of them, nested wire structs): no pointers,
 // closures, std::any or exception_ptr, so every one can be serialised.
 //
-// No CAF here: their inspect() functions (the wire format) and their
-// registration with CAF are in actors/messages.hpp, which lists every
-// message, local-only or not. So the node below the actors (the
-// rendezvous, the control links) builds and reads these structs without
-// seeing CAF. (Their namespace is still lockstep::actors, where the actors
-// that exchange them and their inspect() functions live.)
+// No CAF here: their inspect() functions (the wire format) are in
+// node/wire_format.hpp, and control_messages.cpp registers them with the
+// actor system. So the rendezvous and the control links build and read
+// these structs without seeing CAF.
 //
 // Wire rules: every field has a fixed width (no size_t), enums travel as
 // their underlying integer and are checked when read (a value that names no
@@ -31,10 +29,8 @@
 #include <vector>
 
 namespace lockstep::detail {
-struct collective_fingerprint;
-} // namespace lockstep::detail
 
-namespace lockstep::actors {
+struct collective_fingerprint;
 
 /// The layout of the messages in this file; join_request carries it and a
 /// coordinator refuses a process whose version differs.
@@ -42,8 +38,6 @@ inline constexpr std::uint32_t wire_protocol_version = 2;
 
 /// Errors as values (runtime/error_value.hpp), sent alone or inside
 /// collective_abort and join_reply.
-using detail::error_kind;
-using detail::error_value;
 
 // -- rendezvous and membership ----------------------------------------------------
 
@@ -279,4 +273,4 @@ constexpr bool is_valid(variable_aggregation mode) noexcept {
   return false;
 }
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail

@@ -6,7 +6,7 @@
 // `catch (const lockstep::shape_error&)` works on the other side.
 //
 // Transport-neutral: no CAF here. The wire format (an inspect()) lives with
-// the other serialisable messages in actors/messages.hpp.
+// actor_system/wire_format.hpp, which every layer's messages share.
 //
 // A new exception class in include/lockstep/error.hpp needs a kind here, a
 // case in to_error_value() (below its bases) and one in rethrow(); the test

@@ -75,9 +75,9 @@ private:
 /// What must agree between workers: lockstep's version, the replicas per
 /// worker, then the program's settings. (The wire protocol is checked
 /// before: a worker of another one cannot be read.)
-std::vector<actors::agreed_setting> agreed_settings(std::size_t local_replicas,
+std::vector<detail::agreed_setting> agreed_settings(std::size_t local_replicas,
                                                     const multi_worker_options& options) {
-  std::vector<actors::agreed_setting> settings{
+  std::vector<detail::agreed_setting> settings{
     {"lockstep version", std::string(version)},
     {"replicas per worker", std::to_string(local_replicas)}};
   for (const auto& [name, value] : options.agreed_settings) {

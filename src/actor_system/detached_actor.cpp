@@ -1,4 +1,4 @@
-#include "actors/detached_actor.hpp"
+#include "actor_system/detached_actor.hpp"
 
 #include "runtime/thread_start.hpp"
 
@@ -9,7 +9,7 @@
 
 #include <exception>
 
-namespace lockstep::actors {
+namespace lockstep::detail {
 
 detached_actor::detached_actor(caf::actor_config& cfg) : caf::event_based_actor(cfg) {}
 
@@ -41,4 +41,4 @@ void detached_actor::start(std::string_view what) {
   }
 }
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail

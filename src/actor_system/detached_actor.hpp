@@ -17,7 +17,7 @@
 
 #include <string_view>
 
-namespace lockstep::actors {
+namespace lockstep::detail {
 
 class detached_actor : public caf::event_based_actor {
 public:
@@ -45,4 +45,4 @@ caf::actor spawn_detached(caf::actor_system& system, std::string_view what, Ts&&
   return handle;
 }
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail

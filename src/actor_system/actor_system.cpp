@@ -1,6 +1,6 @@
-#include "actors/actor_system.hpp"
+#include "actor_system/actor_system.hpp"
 
-#include "actors/messages.hpp"
+#include "actor_system/wire_format.hpp"
 #include "runtime/thread_start.hpp"
 
 #include "lockstep/error.hpp"
@@ -18,9 +18,23 @@
 #include <thread>
 #include <vector>
 
-namespace lockstep::actors {
+namespace lockstep::detail {
 
 namespace {
+
+/// Every layer's message types, in the order their registrars ran. A
+/// function's static, so that registrars in other files may run first.
+std::vector<message_types>& registered_message_types() {
+  static std::vector<message_types> types;
+  return types;
+}
+
+/// This layer's own serialisable type: errors, which every layer may send.
+void add_error_value_type(caf::actor_system_config& config) {
+  config.add_message_type<error_value>("lockstep.error_value");
+}
+
+const message_types_registrar error_value_type{&add_error_value_type};
 
 /// Throws resource_error unless `needed` more threads can be started now.
 /// CAF's actor system starts its scheduler's threads in its constructor and
@@ -31,7 +45,7 @@ namespace {
 /// limit (ulimit -u, a cgroup's pids.max). A best effort, not a guarantee:
 /// another process of the same user can take the room in between.
 void check_thread_headroom(std::size_t needed) {
-  const auto before = detail::threads_of_this_process();
+  const auto before = threads_of_this_process();
   std::mutex mutex;
   std::condition_variable released;
   bool release = false;
@@ -59,12 +73,12 @@ void check_thread_headroom(std::size_t needed) {
   if (!failure.empty())
     throw resource_error("lockstep cannot start its actor system: it needs " + std::to_string(needed)
                          + " threads, and only " + std::to_string(started)
-                         + " could be started: " + failure + " (" + detail::thread_limits()
+                         + " could be started: " + failure + " (" + thread_limits()
                          + ")");
   // A joined thread leaves the count (and frees its slot under the limit)
   // a moment after join returns.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{1};
-  while (before != 0 && detail::threads_of_this_process() > before
+  while (before != 0 && threads_of_this_process() > before
          && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::microseconds{100});
 }
@@ -87,7 +101,8 @@ struct system_with_config {
     cfg.set("scheduler.policy", caf::atom_from_string(options.scheduler_policy));
     cfg.set("work-stealing.moderate-sleep-duration",
             caf::timespan{options.scheduler_moderate_sleep});
-    register_messages(cfg);
+    for (const auto add : registered_message_types())
+      add(cfg);
     return cfg;
   }
 
@@ -96,6 +111,10 @@ struct system_with_config {
 };
 
 } // namespace
+
+message_types_registrar::message_types_registrar(message_types types) {
+  registered_message_types().push_back(types);
+}
 
 std::shared_ptr<caf::actor_system> shared_actor_system() {
   static std::mutex mutex;
@@ -113,4 +132,4 @@ std::shared_ptr<caf::actor_system> shared_actor_system() {
   return system;
 }
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail

@@ -4,7 +4,7 @@
 // plane: it detects lost peers, and finds out which collective each worker
 // reached when one times out. control_links (src/node) delivers it the
 // messages its peers send (heartbeat, collective_abort,
-// collective_progress: the wire types of actors/wire_messages.hpp) and the
+// collective_progress: the wire types of wire_messages.hpp) and the
 // failures of their connections; it posts its own through control_links.
 //
 //   receives  heartbeat          a peer is alive (sequence 0: it left in
@@ -35,7 +35,7 @@
 //                                the group is whole, replies whether it
 //                                was, then quits (the node's destructor
 //                                asks)
-// (the local ones, link_failure and the atoms, are in actors/messages.hpp)
+// (the local ones, link_failure and the atoms, are below)
 //
 // On the first loss it logs it, tells the other workers when it is the
 // coordinator (a collective_abort, sequence 0, with a peer_lost_error; the
@@ -43,8 +43,10 @@
 // and calls `on_lost` once, on its own thread: the node breaks its ring
 // there, so that every pending and later collective raises that error.
 
-#include "node/wire_messages.hpp"
+#include "node/wire_format.hpp"
 
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 
 #include <chrono>
@@ -53,7 +55,27 @@
 #include <string>
 #include <vector>
 
-namespace lockstep::actors {
+namespace lockstep::detail {
+
+/// control links -> node actor: the connection with `peer` closed or
+/// failed (below).
+struct link_failure {
+  std::uint32_t peer;
+  std::string reason;
+};
+
+/// The node actor's own beat, and the request that stops it.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+/// To the node actor: (progress_atom, seq) asks which collective between
+/// the workers each worker reached (a collective_progress answers);
+/// (answer_atom, asker, seq) is the coordinator's own deadline for the
+/// answers to that question; (abort_atom, error_value) tells it that a
+/// collective of this worker failed so that the group is broken (the
+/// node tells the others).
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using answer_atom = caf::atom_constant<caf::atom("answer")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
 
 struct node_actor_settings {
   std::uint32_t rank = 0;
@@ -77,7 +99,7 @@ struct node_actor_settings {
 };
 
 /// Spawns a node actor (detached: its sends may wait for a slow peer).
-/// resource_error when its thread cannot start (actors/detached_actor.hpp).
+/// resource_error when its thread cannot start (actor_system/detached_actor.hpp).
 caf::actor spawn_node_actor(caf::actor_system& system, node_actor_settings settings);
 
 /// Asks `node` to stop: true when its group was whole (no peer lost) and
@@ -85,4 +107,7 @@ caf::actor spawn_node_actor(caf::actor_system& system, node_actor_settings setti
 bool stop_node_actor(caf::actor_system& system, const caf::actor& node,
                      std::chrono::milliseconds timeout);
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail
+
+// Local only: what this process saw of its own connection.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(lockstep::detail::link_failure)

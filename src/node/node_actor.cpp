@@ -1,7 +1,6 @@
-#include "actors/node_actor.hpp"
+#include "node/node_actor.hpp"
 
-#include "actors/detached_actor.hpp"
-#include "actors/messages.hpp"
+#include "actor_system/detached_actor.hpp"
 #include "runtime/log.hpp"
 
 #include "lockstep/error.hpp"
@@ -12,7 +11,7 @@
 #include <algorithm>
 #include <map>
 
-namespace lockstep::actors {
+namespace lockstep::detail {
 
 namespace {
 
@@ -288,4 +287,4 @@ bool stop_node_actor(caf::actor_system& system, const caf::actor& node,
   return whole;
 }
 
-} // namespace lockstep::actors
+} // namespace lockstep::detail
