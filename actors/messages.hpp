@@ -12,7 +12,7 @@
 // state: closures and pointers have no wire format, so these types are
 // CAF_ALLOW_UNSAFE_MESSAGE_TYPE, have no inspect() and are never registered.
 // (abort_message holds only numbers, but it names calls of this process's
-// coordinator: it stays local with the protocol it belongs to.) Between
+// strategy actor: it stays local with the protocol it belongs to.) Between
 // processes, results travel as the node's wire messages instead (an
 // exception as an error_value, a merge's values on the data plane).
 //
@@ -42,7 +42,7 @@ namespace lockstep::actors {
 
 // == local only: never leaves the process ======================================
 
-/// coordinator -> replica: run `fn` as call `seq`.
+/// strategy actor -> replica: run `fn` as call `seq`.
 struct run_message {
   std::uint64_t seq;
   std::shared_ptr<const detail::replica_function> fn;
@@ -52,8 +52,8 @@ struct run_message {
   std::shared_ptr<detail::creation_rendezvous> creations;
 };
 
-/// replica -> coordinator: call `seq` ended on `replica`, with a value, an
-/// exception, or unwound because the coordinator aborted it.
+/// replica -> strategy actor: call `seq` ended on `replica`, with a value, an
+/// exception, or unwound because the strategy actor aborted it.
 struct replica_result {
   std::uint64_t seq;
   std::size_t replica;
@@ -62,7 +62,7 @@ struct replica_result {
   bool aborted = false;
 };
 
-/// replica -> coordinator: `replica` paused in merge_call during call `seq`.
+/// replica -> strategy actor: `replica` paused in merge_call during call `seq`.
 struct merge_request {
   std::uint64_t seq;
   std::size_t replica;
@@ -70,13 +70,13 @@ struct merge_request {
   std::shared_ptr<const detail::merge_function> fn;
 };
 
-/// coordinator -> replica: the replica's slice of the merge result.
+/// strategy actor -> replica: the replica's slice of the merge result.
 struct merge_reply {
   std::uint64_t seq;
   std::any value;
 };
 
-/// coordinator -> replica: unwind the merge_call waits of calls
+/// strategy actor -> replica: unwind the merge_call waits of calls
 /// `first_seq`..`last_seq` (another replica failed, or the call timed out).
 struct abort_message {
   std::uint64_t first_seq;

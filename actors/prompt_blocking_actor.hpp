@@ -8,7 +8,7 @@
 // `blocked()` checked under the mutex) is CAF's own. Before sleeping, the
 // reader may poll its mailbox for a short while (runtime_options::spin_wait)
 // when it has a hardware thread to itself: a sleeping vCPU takes tens of
-// microseconds to wake. The replica actors and the coordinator's mailbox use
+// microseconds to wake. The replica actors and the strategy actor's mailbox use
 // it: their messages are the dispatch path.
 //
 // A reader that gathers one reply from each of N senders can ask to sleep
@@ -16,7 +16,7 @@
 // messages it expects have all arrived, or at the latest after
 // `gather_window`, whichever is first, so a reply that needs attention at
 // once (a failure) waits at most that long. With 8 replicas on 2 CPUs this
-// saves the coordinator up to 7 wake-ups per phase of a call.
+// saves the strategy actor up to 7 wake-ups per phase of a call.
 
 #include <caf/blocking_actor.hpp>
 

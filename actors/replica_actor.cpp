@@ -12,11 +12,11 @@
 
 namespace lockstep::actors {
 
-replica_actor::replica_actor(caf::actor_config& cfg, caf::actor coordinator,
+replica_actor::replica_actor(caf::actor_config& cfg, caf::actor strategy_actor,
                              detail::strategy_state& state, std::size_t replica,
                              std::chrono::microseconds spin)
   : prompt_blocking_actor(cfg, spin),
-    coordinator_(std::move(coordinator)),
+    strategy_actor_(std::move(strategy_actor)),
     state_(state),
     replica_(replica),
     timeline_track_(detail::timeline_track(
@@ -44,7 +44,7 @@ void replica_actor::execute(run_message& msg) {
   detail::replica_creations creations{msg.creations.get(), replica_};
   auto* const outer_creations = std::exchange(detail::current_replica_creations(), &creations);
   replica_result result{msg.seq, replica_, {}, {}, false};
-  // The coordinator's deadline decides stalls and reports them with the
+  // The strategy actor's deadline decides stalls and reports them with the
   // collective's state, then cancels the collectives; the replicas' own
   // deadline, twice as long, is only a backstop.
   begin_collectives(detail::first_collective(msg.seq), 2 * msg.timeout, msg.seq);
@@ -64,7 +64,7 @@ void replica_actor::execute(run_message& msg) {
   // Returned normally: replicas waiting for it in an all_reduce of this
   // call stop waiting (a different number of all_reduce calls, as TF's
   // merge_call check). A replica that threw does not depart: its exception
-  // is the call's error, and the coordinator's cancel unwinds the others.
+  // is the call's error, and the strategy actor's cancel unwinds the others.
   // An outer call's collectives go on in the outer call.
   if (const auto& communicator = state_.collectives.communicator) {
     if (!result.error && !result.aborted)
@@ -74,7 +74,7 @@ void replica_actor::execute(run_message& msg) {
   detail::current_replica_creations() = outer_creations;
   current_seq_ = outer_seq;
   current_timeout_ = outer_timeout;
-  send(coordinator_, std::move(result));
+  send(strategy_actor_, std::move(result));
 }
 
 bool replica_actor::aborted(std::uint64_t seq) const noexcept {
@@ -89,7 +89,7 @@ std::any replica_actor::merge(std::any args,
   const auto seq = current_seq_;
   if (aborted(seq))
     throw replica_aborted{};
-  // Replica 0 creates no variables while paused; the coordinator resumes
+  // Replica 0 creates no variables while paused; the strategy actor resumes
   // it before it scatters the merge result.
   if (auto* creations = detail::current_replica_creations(); replica_ == 0 && creations)
     creations->rendezvous->set_first_replica_paused(true);
@@ -97,10 +97,10 @@ std::any replica_actor::merge(std::any args,
   if (waiting.active())
     detail::timeline_flow(timeline_track_, detail::timeline_merge_flow(&state_, seq, replica_),
                           true, detail::timeline_now());
-  send(coordinator_, merge_request{seq, replica_, std::move(args), std::move(fn)});
-  // The coordinator's deadline decides stalls. This one, twice as long and
-  // restarted by every message from the coordinator, only ends a wait for a
-  // coordinator that went silent (a merge function that never returns).
+  send(strategy_actor_, merge_request{seq, replica_, std::move(args), std::move(fn)});
+  // The strategy actor's deadline decides stalls. This one, twice as long and
+  // restarted by every message from the strategy actor, only ends a wait for a
+  // strategy actor that went silent (a merge function that never returns).
   const auto patience = 2 * current_timeout_;
   std::optional<std::any> reply;
   bool unwind = false;
@@ -131,7 +131,7 @@ std::any replica_actor::merge(std::any args,
   if (unwind)
     throw replica_aborted{};
   throw timeout_error(detail::describe_replica(state_, replica_)
-                      + " heard nothing from the coordinator for "
+                      + " heard nothing from the strategy actor for "
                       + std::to_string(patience.count()) + " ms while waiting in merge_call");
 }
 

@@ -28,14 +28,14 @@
 
 namespace lockstep::actors {
 
-/// Thrown inside a replica function to unwind it when the coordinator aborts
+/// Thrown inside a replica function to unwind it when the strategy actor aborts
 /// the call. Not a std::exception, so `catch (const std::exception&)` in
 /// user code does not swallow it.
 struct replica_aborted {};
 
 class replica_actor final : public prompt_blocking_actor, public detail::merge_channel {
 public:
-  replica_actor(caf::actor_config& cfg, caf::actor coordinator,
+  replica_actor(caf::actor_config& cfg, caf::actor strategy_actor,
                 detail::strategy_state& state, std::size_t replica,
                 std::chrono::microseconds spin);
 
@@ -51,7 +51,7 @@ private:
   void execute(run_message& msg);
   bool aborted(std::uint64_t seq) const noexcept;
 
-  caf::actor coordinator_;
+  caf::actor strategy_actor_;
   detail::strategy_state& state_;
   std::size_t replica_;
   std::uint32_t timeline_track_; // this replica's row in the timeline

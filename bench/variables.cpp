@@ -12,8 +12,8 @@
 //   lockstep  K calls of strategy.extended().update(var, fn, grad), each
 //             posted to the variable's copies (variable actors on their
 //             devices' executors), then synchronize();
-//   baseline  the coordinator wakes the N threads; each runs the same loop
-//             over its K buffers; the coordinator waits for all N.
+//   baseline  the caller wakes the N threads; each runs the same loop
+//             over its K buffers; the caller waits for all N.
 //
 // Repetitions of the two arms alternate; the table shows the median time
 // per step of each and their ratio, against a target of lockstep <= 1.5x

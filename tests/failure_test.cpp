@@ -294,7 +294,7 @@ TEST_CASE("a merge function slower than the replicas' patience fails the call, n
                                  st.run([] {});
                                });
                              }),
-                       doctest::Contains("heard nothing from the coordinator for 200 ms while waiting "
+                       doctest::Contains("heard nothing from the strategy actor for 200 ms while waiting "
                                          "in merge_call"),
                        timeout_error);
   check_eventually_usable(s);

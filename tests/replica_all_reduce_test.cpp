@@ -752,7 +752,7 @@ TEST_CASE("a replica that does not reach the all_reduce in time: timeout_error n
 TEST_CASE("after a run times out in all_reduce, replicas that unwind from the cancelled "
           "collective do not keep the strategy busy") {
   // The replicas waiting in the all_reduce unwind when the run times out
-  // (the coordinator cancels the collectives), and take 100 ms to do so; the
+  // (the strategy actor cancels the collectives), and take 100 ms to do so; the
   // merge_call path waits for its replicas to unwind before the run
   // returns, so the next run finds every replica free.
   for (int n : {2, 3})

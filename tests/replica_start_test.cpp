@@ -1,11 +1,11 @@
 // A strategy that cannot start all its replicas raises resource_error naming
 // what failed and how many had started, stops those, and leaves the process
 // able to exit. Two ways in: an injected failure of the N-th replica start
-// (coordinator's test seam), and a real limit on threads (RLIMIT_NPROC) in
+// (strategy actor's test seam), and a real limit on threads (RLIMIT_NPROC) in
 // a child process run as an otherwise unused uid (skipped, saying why, where
 // that uid cannot reach the build: not root, or a build under /root).
 
-#include "actors/coordinator.hpp"
+#include "actors/strategy_actor.hpp"
 
 #include "lockstep/lockstep.hpp"
 
@@ -30,9 +30,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// Clears the coordinator's start hook however a test ends.
+/// Clears the strategy actor's start hook however a test ends.
 struct start_hook_guard {
-  ~start_hook_guard() { actors::coordinator::replica_start_hook() = nullptr; }
+  ~start_hook_guard() { actors::strategy_actor::replica_start_hook() = nullptr; }
 };
 
 std::string child_path() {
@@ -80,7 +80,7 @@ bool can_run_as_other_users() {
 
 TEST_CASE("an injected failure of the third replica start stops the two started") {
   start_hook_guard guard;
-  actors::coordinator::replica_start_hook() = [](std::size_t replica) {
+  actors::strategy_actor::replica_start_hook() = [](std::size_t replica) {
     if (replica == 2)
       throw std::system_error(EAGAIN, std::generic_category(), "injected thread start failure");
   };
@@ -94,7 +94,7 @@ TEST_CASE("an injected failure of the third replica start stops the two started"
     CHECK(what.find("injected thread start failure") != std::string::npos);
     CHECK(what.find("the 2 replicas that had started were stopped") != std::string::npos);
   }
-  actors::coordinator::replica_start_hook() = nullptr;
+  actors::strategy_actor::replica_start_hook() = nullptr;
   // Nothing was left behind: a new strategy starts and runs.
   mirrored_strategy strategy{cpu_devices(4)};
   auto ids = strategy.run([](replica_context& ctx) { return ctx.replica_id_in_sync_group(); });
@@ -104,7 +104,7 @@ TEST_CASE("an injected failure of the third replica start stops the two started"
 
 TEST_CASE("a failure of the first replica start reports that none had started") {
   start_hook_guard guard;
-  actors::coordinator::replica_start_hook() = [](std::size_t) { throw std::bad_alloc(); };
+  actors::strategy_actor::replica_start_hook() = [](std::size_t) { throw std::bad_alloc(); };
   try {
     mirrored_strategy strategy{cpu_devices(3)};
     FAIL("the strategy started");

@@ -110,7 +110,7 @@ private:
 
   /// How a strategy's replica threads run replica_context::all_reduce
   /// among themselves, one rank per device of `devices`, without the
-  /// coordinator: the communicator and its default options. The default,
+  /// strategy actor: the communicator and its default options. The default,
   /// no communicator, sends all_reduce through merge_call and batch_reduce.
   /// Private, and typed with lockstep's internal communicator: a
   /// cross_device_ops written outside the library keeps the default.
@@ -162,7 +162,7 @@ struct slice_all_reduce_state;
 /// merge function or in cross-replica context, the ranks run on the
 /// destination devices' executor threads; `replica_context::all_reduce`
 /// runs them on the replica threads themselves, which meet at the
-/// collective without the coordinator. Applies when the components lie on
+/// collective without the strategy actor. Applies when the components lie on
 /// the destination devices, one each, in order; otherwise it reduces to one
 /// device. Components are combined in replica order, so results are
 /// bit-identical to `reduction_to_one_device`'s. Replicas that disagree

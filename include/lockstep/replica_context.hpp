@@ -174,7 +174,7 @@ private:
     : state_(&state), replica_id_(replica_id), channel_(&channel) {}
 
   /// all_reduce on the replica threads (slice_all_reduce strategies): the
-  /// replicas meet at the collective without the coordinator. `owned`:
+  /// replicas meet at the collective without the strategy actor. `owned`:
   /// `values` itself, which the caller gave up (an rvalue): a tensor no one
   /// else holds takes its own result, and when all do, the vector is
   /// reduced in place and returned.

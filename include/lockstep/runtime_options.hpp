@@ -35,7 +35,7 @@ struct runtime_options {
   /// `LOCKSTEP_SCHEDULER_POLICY` (case-insensitive).
   std::string scheduler_policy = "stealing";
 
-  /// How long a replica or coordinator thread polls its mailbox before it
+  /// How long a replica or strategy actor thread polls its mailbox before it
   /// sleeps, when the strategy's threads fit on the hardware threads (never
   /// when oversubscribed). On VMs whose idle vCPUs halt, a wake-up across
   /// CPUs costs tens of microseconds; polling briefly avoids it.

@@ -2,10 +2,10 @@
 
 // How a strategy numbers its calls and their collectives, in one place.
 //
-// Calls. The coordinator numbers every replica dispatch (a run, a
+// Calls. The strategy actor numbers every replica dispatch (a run, a
 // multi-step loop) 1, 2, ... as it starts them; a run nested in a merge
 // function takes the next number. Replicas echo the number in their
-// replies (replica_result, merge_request) and the coordinator in its
+// replies (replica_result, merge_request) and the strategy actor in its
 // (merge_reply, abort_message), so a late message of a call that timed out
 // is recognised and dropped.
 //

@@ -36,7 +36,7 @@ std::size_t threads_of_this_process();
 
 /// Test seam: when set, called with `what` before every thread that
 /// start_thread or detail::detached_actor starts (the replicas have
-/// actors::coordinator::replica_start_hook); a throw stands for a thread
+/// actors::strategy actor::replica_start_hook); a throw stands for a thread
 /// that could not be created. Set it only while no lockstep thread starts.
 std::function<void(std::string_view)>& thread_start_hook();
 

@@ -94,7 +94,7 @@ std::string default_name(track_kind kind, std::uint32_t index) {
   switch (kind) {
     case track_kind::process:
       return "process";
-    case track_kind::coordinator:
+    case track_kind::strategy_actor:
       return "strategy";
     case track_kind::replica:
       return "replica " + std::to_string(index);

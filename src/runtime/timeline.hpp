@@ -1,7 +1,7 @@
 #pragma once
 
 // The timeline: spans of what replicas, variable executors, input and the
-// coordinator do, written as Chrome trace-event JSON (Perfetto,
+// strategy actor do, written as Chrome trace-event JSON (Perfetto,
 // chrome://tracing). Off by default; then every record site costs one
 // load and one predictable branch (`timeline_on()`).
 //
@@ -52,9 +52,9 @@ struct timeline_window {
 };
 
 /// Who a span belongs to: one track per replica, per device's variable
-/// executor, per input pipeline, plus the strategy's coordinator and the
+/// executor, per input pipeline, plus the strategy actor and the
 /// process itself.
-enum class track_kind : std::uint8_t { process, coordinator, replica, variables, input };
+enum class track_kind : std::uint8_t { process, strategy_actor, replica, variables, input };
 
 /// A track's id for `kind`, `index` and `name` (a replica's global index;
 /// for the variables of a device, its name); named `name`, or by default

@@ -1,9 +1,9 @@
 // mirrored_strategy: device list validation with TF's rules, then one
-// replica actor per device (actors/coordinator.hpp).
+// replica actor per device (actors/strategy_actor.hpp).
 
 #include "lockstep/mirrored_strategy.hpp"
 
-#include "actors/coordinator.hpp"
+#include "actors/strategy_actor.hpp"
 #include "runtime/error_text.hpp"
 #include "strategies/mirrored_devices.hpp"
 #include "strategies/public_state.hpp"
@@ -112,9 +112,9 @@ std::string joined_device_names(const std::vector<device_spec>& devices) {
 
 void start_replicas(strategy_state& state) {
   state.collectives = cross_device_ops_access::of(*state.ops, state.devices, state.name());
-  auto coordinator = std::make_unique<actors::coordinator>(state);
-  const auto failure = coordinator->start_failure();
-  state.executor = std::move(coordinator); // stopped (or kept) with the state
+  auto executor = std::make_unique<actors::strategy_actor>(state);
+  const auto failure = executor->start_failure();
+  state.executor = std::move(executor); // stopped (or kept) with the state
   if (!failure.empty())
     throw resource_error(failure);
 }

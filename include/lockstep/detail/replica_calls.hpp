@@ -1,7 +1,7 @@
 #pragma once
 
 // The vocabulary of a replica call, shared by the strategy API above and the
-// executors below it (the coordinator and replica actors, the inline
+// executors below it (the strategy actor and replica actors, the inline
 // executor): the type-erased replica and merge functions and the channel a
 // replica's merge_call goes through. It names the API's strategy and
 // replica_context only as incomplete types, so the layers below the API
@@ -33,7 +33,7 @@ using replica_function = std::function<std::any(replica_context&)>;
 using merge_function
   = std::function<std::vector<std::any>(strategy_state&, std::vector<std::any>&)>;
 
-/// Where a replica's `merge_call` goes: the coordinator of an actor-based
+/// Where a replica's `merge_call` goes: the strategy actor of an actor-based
 /// strategy, or a direct call for single-replica strategies. It also holds
 /// the numbering of the replica's collectives, which its executor sets per
 /// call: it belongs to the replica's thread, not to one call (a nested run

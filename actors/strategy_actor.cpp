@@ -1,4 +1,4 @@
-#include "actors/coordinator.hpp"
+#include "actors/strategy_actor.hpp"
 
 #include "actor_system/actor_system.hpp"
 #include "actors/messages.hpp"
@@ -42,7 +42,7 @@ std::optional<Message> take_message(std::vector<Message>& messages, std::uint64_
   return msg;
 }
 
-/// The coordinator's mailbox: never launched on a thread of its own; the
+/// The strategy actor's mailbox: never launched on a thread of its own; the
 /// thread calling `run` receives from it, as with caf::scoped_actor.
 class coordinator_mailbox final : public prompt_blocking_actor {
 public:
@@ -53,7 +53,7 @@ public:
 
   void act() override {}
 
-  const char* name() const override { return "coordinator"; }
+  const char* name() const override { return "strategy_actor"; }
 };
 
 /// "1st", "2nd", "3rd", "4th", ..., "11th", "21st".
@@ -71,7 +71,7 @@ std::string ordinal(std::size_t n) {
 
 /// The progress of one `run`: where each replica is. `stalled`: it timed out
 /// in this call and is still running user code.
-struct coordinator::call {
+struct strategy_actor::call {
   enum class phase { running, merging, finished, stalled };
 
   call(std::uint64_t seq, std::size_t n)
@@ -92,12 +92,12 @@ struct coordinator::call {
   std::shared_ptr<detail::creation_rendezvous> creations;
 };
 
-coordinator::coordinator(detail::strategy_state& state)
+strategy_actor::strategy_actor(detail::strategy_state& state)
   : state_(state),
     system_(detail::shared_actor_system()),
     context_(system_.get()),
     busy_(state.devices.size(), 0),
-    timeline_track_(detail::timeline_track(detail::track_kind::coordinator, 0)) {
+    timeline_track_(detail::timeline_track(detail::track_kind::strategy_actor, 0)) {
   // Poll before sleeping only if every thread of the strategy has a core.
   const auto spin = detail::spin_budget(state.devices.size() + 1);
   caf::actor_config cfg{&context_};
@@ -116,7 +116,7 @@ coordinator::coordinator(detail::strategy_state& state)
   }
 }
 
-caf::actor coordinator::spawn_replica(const caf::actor& me, std::size_t r,
+caf::actor strategy_actor::spawn_replica(const caf::actor& me, std::size_t r,
                                       std::chrono::microseconds spin) {
   if (const auto& hook = replica_start_hook())
     hook(r);
@@ -141,7 +141,7 @@ caf::actor coordinator::spawn_replica(const caf::actor& me, std::size_t r,
   return replica;
 }
 
-void coordinator::record_start_failure(std::size_t replica, const std::string& reason) {
+void strategy_actor::record_start_failure(std::size_t replica, const std::string& reason) {
   const auto started = replicas_.size();
   const bool stopped = stop();
   start_failure_ = state_.name() + ": could not start the thread of "
@@ -152,17 +152,17 @@ void coordinator::record_start_failure(std::size_t replica, const std::string& r
                    + " (" + detail::thread_limits() + ")";
 }
 
-coordinator::~coordinator() {
+strategy_actor::~strategy_actor() {
   stop();
   self_->cleanup(caf::exit_reason::normal, &context_);
 }
 
-std::function<void(std::size_t)>& coordinator::replica_start_hook() {
+std::function<void(std::size_t)>& strategy_actor::replica_start_hook() {
   static std::function<void(std::size_t)> hook;
   return hook;
 }
 
-bool coordinator::stop() noexcept {
+bool strategy_actor::stop() noexcept {
   if (stopped_)
     return true;
   for (const auto& r : replicas_) {
@@ -186,7 +186,7 @@ bool coordinator::stop() noexcept {
 }
 
 std::vector<std::any>
-coordinator::run(std::shared_ptr<const detail::replica_function> fn,
+strategy_actor::run(std::shared_ptr<const detail::replica_function> fn,
                  std::chrono::milliseconds timeout) {
   drain_late_messages();
   check_not_busy();
@@ -227,7 +227,7 @@ coordinator::run(std::shared_ptr<const detail::replica_function> fn,
   }
 }
 
-std::size_t coordinator::awaited(const call& c) const {
+std::size_t strategy_actor::awaited(const call& c) const {
   std::size_t n = 0;
   for (std::size_t r = 0; r < c.phases.size(); ++r)
     if (c.phases[r] == call::phase::running && busy_[r] == 0)
@@ -235,7 +235,7 @@ std::size_t coordinator::awaited(const call& c) const {
   return n;
 }
 
-bool coordinator::receive_one(call& c, time_point deadline) {
+bool strategy_actor::receive_one(call& c, time_point deadline) {
   if (take_deferred(c))
     return true;
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now());
@@ -251,7 +251,7 @@ bool coordinator::receive_one(call& c, time_point deadline) {
   return !timed_out;
 }
 
-bool coordinator::take_deferred(call& c) {
+bool strategy_actor::take_deferred(call& c) {
   if (auto msg = take_message(deferred_results_, c.seq)) {
     handle(c, *msg);
     return true;
@@ -263,12 +263,12 @@ bool coordinator::take_deferred(call& c) {
   return false;
 }
 
-bool coordinator::is_active(std::uint64_t seq) const {
+bool strategy_actor::is_active(std::uint64_t seq) const {
   return std::find(active_.begin(), active_.end(), seq) != active_.end();
 }
 
 template <class Message>
-bool coordinator::for_another_call(const call& c, Message& msg,
+bool strategy_actor::for_another_call(const call& c, Message& msg,
                                    std::vector<Message>& deferred) {
   if (msg.seq == c.seq)
     return false;
@@ -280,7 +280,7 @@ bool coordinator::for_another_call(const call& c, Message& msg,
   return true;
 }
 
-void coordinator::handle(call& c, replica_result& msg) {
+void strategy_actor::handle(call& c, replica_result& msg) {
   if (for_another_call(c, msg, deferred_results_))
     return;
   if (busy_[msg.replica] == msg.seq)
@@ -291,7 +291,7 @@ void coordinator::handle(call& c, replica_result& msg) {
   c.values[msg.replica] = std::move(msg.value);
 }
 
-void coordinator::handle(call& c, merge_request& msg) {
+void strategy_actor::handle(call& c, merge_request& msg) {
   if (for_another_call(c, msg, deferred_requests_))
     return;
   if (c.failure || c.phases[msg.replica] != call::phase::running) {
@@ -303,7 +303,7 @@ void coordinator::handle(call& c, merge_request& msg) {
   c.requests[msg.replica] = std::move(msg);
 }
 
-void coordinator::merge(call& c) {
+void strategy_actor::merge(call& c) {
   std::vector<std::any> packs;
   packs.reserve(c.requests.size());
   for (auto& request : c.requests)
@@ -333,7 +333,7 @@ void coordinator::merge(call& c) {
   }
 }
 
-void coordinator::fail(call& c, std::exception_ptr error) {
+void strategy_actor::fail(call& c, std::exception_ptr error) {
   if (!c.failure)
     c.failure = std::move(error);
   abort_merging(c);
@@ -344,7 +344,7 @@ void coordinator::fail(call& c, std::exception_ptr error) {
                         std::make_exception_ptr(replica_aborted{}));
 }
 
-void coordinator::abort_merging(call& c) {
+void strategy_actor::abort_merging(call& c) {
   for (std::size_t r = 0; r < c.phases.size(); ++r) {
     if (c.phases[r] != call::phase::merging)
       continue;
@@ -353,7 +353,7 @@ void coordinator::abort_merging(call& c) {
   }
 }
 
-void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
+void strategy_actor::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
   std::vector<std::string> stalled, merging_replicas;
   auto* group = state_.collectives.communicator ? &state_.collectives.communicator->session()
                                                 : nullptr;
@@ -393,7 +393,7 @@ void coordinator::fail_timed_out(call& c, std::chrono::milliseconds timeout) {
   std::rethrow_exception(c.failure);
 }
 
-void coordinator::on_late(const replica_result& msg) {
+void strategy_actor::on_late(const replica_result& msg) {
   auto& busy = busy_[msg.replica];
   if (busy == 0)
     return;
@@ -405,12 +405,12 @@ void coordinator::on_late(const replica_result& msg) {
   self_->send(replicas_[msg.replica], abort_message{busy, msg.seq - 1});
 }
 
-void coordinator::on_late(const merge_request& msg) {
+void strategy_actor::on_late(const merge_request& msg) {
   // A replica of a call that is over reached merge_call: unwind it.
   self_->send(replicas_[msg.replica], abort_message{msg.seq, msg.seq});
 }
 
-void coordinator::drain_late_messages() {
+void strategy_actor::drain_late_messages() {
   if (std::all_of(busy_.begin(), busy_.end(), [](auto seq) { return seq == 0; }))
     return;
   bool empty = false;
@@ -420,7 +420,7 @@ void coordinator::drain_late_messages() {
                    caf::after(std::chrono::seconds{0}) >> [&] { empty = true; });
 }
 
-void coordinator::check_not_busy() const {
+void strategy_actor::check_not_busy() const {
   std::string busy;
   for (std::size_t r = 0; r < busy_.size(); ++r)
     if (busy_[r] != 0)

@@ -1,12 +1,11 @@
 #pragma once
 
-// coordinator: the executor of a mirrored strategy. It plays TF's
-// coordinator role on the calling thread, through a mailbox actor that the
-// caller drives like a scoped actor (but that wakes promptly, see
-// prompt_blocking_actor.hpp): `run`
-// broadcasts run_message to the replica actors and gathers their
-// replica_result / merge_request messages; when all N paused in merge_call
-// it runs replica 0's merge function in cross-replica context and scatters
+// strategy_actor: the executor of a mirrored strategy. It does what TF's
+// mirrored_run does on the main thread, on the calling thread, through a
+// mailbox actor that the caller drives like a scoped actor (but that wakes
+// promptly, see prompt_blocking_actor.hpp): `run` broadcasts run_message
+// to the replica actors and gathers their replica_result / merge_request
+// messages; when all N paused in merge_call it runs replica 0's merge function in cross-replica context and scatters
 // each replica's slice (merge_reply). Both sides are threads blocked on
 // their own mailboxes, so no hop goes through CAF's scheduler (whose idle
 // workers sleep, costing ~85 us per wake-up; see docs/threading.md).
@@ -28,21 +27,21 @@
 namespace lockstep::actors {
 
 
-class coordinator final : public detail::replica_executor {
+class strategy_actor final : public detail::replica_executor {
 public:
   /// Spawns one replica actor per device of `state`. When one cannot start
   /// (no thread or no memory), it stops those that did and records the
   /// failure in `start_failure()`, which the owner must raise once it owns
-  /// the coordinator: replicas that did not stop in time still use `state`,
+  /// the strategy actor: replicas that did not stop in time still use `state`,
   /// which the owner then keeps alive (strategy_state's deleter).
-  explicit coordinator(detail::strategy_state& state);
+  explicit strategy_actor(detail::strategy_state& state);
 
   /// Why not every replica could start (which one, the reason, how many
   /// had started); empty when all did.
   const std::string& start_failure() const noexcept { return start_failure_; }
 
   /// Stops the replicas if `stop` did not run yet.
-  ~coordinator() override;
+  ~strategy_actor() override;
 
   /// Sends every replica actor an exit and waits (bounded) until they are down.
   bool stop() noexcept override;
