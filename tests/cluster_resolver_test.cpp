@@ -6,8 +6,8 @@
 
 #include "lockstep/cluster_resolver.hpp"
 
-#include "cluster/cluster_sources.hpp"
-#include "cluster/slurm_hostlist.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
+#include "cluster_resolver/slurm_hostlist.hpp"
 #include "lockstep/error.hpp"
 #include "test_support.hpp"
 

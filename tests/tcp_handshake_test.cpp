@@ -6,7 +6,7 @@
 // and a 2^40-byte length prefix, and still serves the next good client.
 // No actor system: suite 'unit', so it runs under ThreadSanitizer too.
 
-#include "cluster/cluster_token.hpp"
+#include "cluster_resolver/cluster_token.hpp"
 #include "transport/tcp/authenticate.hpp"
 #include "transport/tcp/frame.hpp"
 

@@ -2,7 +2,7 @@
 
 // A 64-bit hash of values and strings: collective fingerprints
 // (collectives/collective_fingerprint.hpp) and the job ids derived from a
-// launcher's variables (cluster/) condense their inputs with it.
+// launcher's variables (cluster_resolver/) condense their inputs with it.
 
 #include <cstdint>
 #include <string_view>

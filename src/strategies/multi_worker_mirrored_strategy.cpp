@@ -4,11 +4,11 @@
 
 #include "lockstep/multi_worker_mirrored_strategy.hpp"
 
-#include "cluster/cluster_token.hpp"
+#include "cluster_resolver/cluster_token.hpp"
 #include "cross_device_ops/cluster_all_reduce.hpp"
 #include "devices/local_task.hpp"
 #include "node/agreed_settings.hpp"
-#include "node/cluster_node.hpp"
+#include "node/node.hpp"
 #include "node/join_cancellation.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
@@ -37,9 +37,9 @@ namespace {
 /// What a worker of the cluster gives its strategy, over the ring between
 /// the workers: the chief's initial values and the sum over the workers.
 /// Holding it keeps the node, so the cluster connections, open.
-class cluster_services final : public detail::worker_services {
+class node_services final : public detail::worker_services {
 public:
-  cluster_services(std::shared_ptr<detail::cluster_node> node, std::size_t worker,
+  node_services(std::shared_ptr<detail::node> node, std::size_t worker,
                    std::chrono::milliseconds timeout)
     : node_(std::move(node)), ring_(node_->ring()), worker_(worker), timeout_(timeout) {}
 
@@ -66,8 +66,8 @@ public:
   }
 
 private:
-  std::shared_ptr<detail::cluster_node> node_;
-  std::remove_cvref_t<decltype(std::declval<detail::cluster_node&>().ring())> ring_;
+  std::shared_ptr<detail::node> node_;
+  std::remove_cvref_t<decltype(std::declval<detail::node&>().ring())> ring_;
   std::size_t worker_;
   std::chrono::milliseconds timeout_;
 };
@@ -173,7 +173,7 @@ std::shared_ptr<detail::strategy_state> start(const cluster_spec& given,
                                  .join_timeout = options.join_timeout,
                                  .heartbeat_interval = options.heartbeat_interval,
                                  .peer_timeout = options.peer_timeout};
-  auto node = std::make_shared<detail::cluster_node>(spec, key, settings);
+  auto node = std::make_shared<detail::node>(spec, key, settings);
   const auto ring = node->ring();
   const auto worker = spec.rank;
   auto ops = std::make_shared<detail::cluster_all_reduce>(ring, worker, timeout,
@@ -181,7 +181,7 @@ std::shared_ptr<detail::strategy_state> start(const cluster_spec& given,
   auto state = detail::public_strategy_state::create(std::move(name), std::move(topology), true,
                                                      std::move(ops), timeout);
   detail::timeline_set_clock(node->clock().offset_ns, node->clock().error_ns);
-  state->services = std::make_shared<cluster_services>(std::move(node), worker, timeout);
+  state->services = std::make_shared<node_services>(std::move(node), worker, timeout);
   detail::start_replicas(*state);
   return state;
 }

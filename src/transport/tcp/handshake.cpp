@@ -2,7 +2,7 @@
 
 #include "runtime/little_endian.hpp"
 
-#include "cluster/cluster_token.hpp"
+#include "cluster_resolver/cluster_token.hpp"
 #include "runtime/random_bytes.hpp"
 
 #include <openssl/crypto.h>

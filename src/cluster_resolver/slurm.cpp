@@ -4,8 +4,8 @@
 // place on its host: the step's reserved ports (`srun --resv-ports`) when
 // it has them, else port_base onwards.
 
-#include "cluster/cluster_sources.hpp"
-#include "cluster/slurm_hostlist.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
+#include "cluster_resolver/slurm_hostlist.hpp"
 #include "runtime/error_text.hpp"
 
 #include "lockstep/error.hpp"

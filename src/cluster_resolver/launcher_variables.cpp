@@ -2,7 +2,7 @@
 // and Kubeflow's PyTorchJob, Open MPI's mpirun, and lockstep's own
 // LOCKSTEP_* variables (which override the others field by field).
 
-#include "cluster/cluster_sources.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
 
 #include "lockstep/error.hpp"
 

@@ -1,6 +1,6 @@
-#include "cluster/cluster_token.hpp"
+#include "cluster_resolver/cluster_token.hpp"
 
-#include "cluster/cluster_sources.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
 #include "io/file_descriptor.hpp"
 #include "io/regular_file.hpp"
 #include "runtime/error_text.hpp"

@@ -1,6 +1,6 @@
-#include "cluster/slurm_hostlist.hpp"
+#include "cluster_resolver/slurm_hostlist.hpp"
 
-#include "cluster/cluster_sources.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
 #include "runtime/error_text.hpp"
 
 #include "lockstep/error.hpp"

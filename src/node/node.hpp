@@ -1,9 +1,9 @@
 #pragma once
 
-// cluster_node: this process's place in a multi-worker job, made once by
+// node: this process's membership of a multi-worker job, made once by
 // multi_worker_mirrored_strategy: the rendezvous at rank 0 (rendezvous.hpp),
 // the ring of data connections between the workers (the leaders' stage of
-// every collective, tcp_ring_communicator.hpp), and the node actor
+// every collective, tcp_ring_communicator.hpp), and the node's actor
 // (node_actor.hpp), which hears the peers' heartbeats through the
 // control connections (control_links.hpp) and breaks the ring when a peer
 // is lost, so that every pending and later collective raises
@@ -44,15 +44,15 @@ struct node_settings {
   std::chrono::milliseconds peer_timeout{std::chrono::seconds{10}};
 };
 
-class cluster_node {
+class node {
 public:
   /// Joins the cluster of `spec` (world_size > 1) with `token`. Throws what
   /// the rendezvous and connect_ring throw.
-  cluster_node(const cluster_spec& spec, bytes token, const node_settings& settings);
-  ~cluster_node();
+  node(const cluster_spec& spec, bytes token, const node_settings& settings);
+  ~node();
 
-  cluster_node(const cluster_node&) = delete;
-  cluster_node& operator=(const cluster_node&) = delete;
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
 
   const detail::membership& membership() const noexcept { return membership_; }
 
@@ -73,7 +73,8 @@ private:
   std::shared_ptr<tcp_ring_communicator> ring_;
   std::shared_ptr<control_links> links_;
   std::shared_ptr<caf::actor_system> system_;
-  caf::actor node_;
+  /// The node actor (node_actor.hpp), which this node starts and stops.
+  caf::actor actor_;
   std::chrono::milliseconds heartbeat_interval_;
 };
 

@@ -4,7 +4,7 @@
 
 #include "lockstep/cluster_resolver.hpp"
 
-#include "cluster/cluster_sources.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
 #include "runtime/fingerprint_hash.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/log.hpp"

@@ -1,4 +1,4 @@
-#include "node/cluster_node.hpp"
+#include "node/node.hpp"
 
 #include "node/clock_sync.hpp"
 #include "node/control_links.hpp"
@@ -103,7 +103,7 @@ ring_watch ring_watch_of(std::vector<tcp_socket>& control, bool coordinator) {
 
 } // namespace
 
-cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_settings& settings)
+node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   : context_(std::make_shared<asio::io_context>()),
     heartbeat_interval_(settings.heartbeat_interval) {
   const auto rank = spec.rank;
@@ -154,7 +154,7 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
     std::clamp(settings.heartbeat_interval / 2, std::chrono::milliseconds{100},
                std::chrono::milliseconds{1000});
   const auto ask_wait = progress_wait + std::max(progress_wait, std::chrono::milliseconds{200});
-  node_ = spawn_node_actor(
+  actor_ = spawn_node_actor(
     *system_,
     {.rank = static_cast<std::uint32_t>(rank),
      .peers = links_->peers(),
@@ -174,21 +174,21 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
   ring_->explain_timeouts(
     ask_wait,
     [system = std::weak_ptr<caf::actor_system>(system_),
-     node = caf::actor_cast<caf::weak_actor_ptr>(node_), ask_wait](std::uint64_t seq) {
+     actor = caf::actor_cast<caf::weak_actor_ptr>(actor_), ask_wait](std::uint64_t seq) {
       std::vector<std::uint64_t> reached;
       const auto live_system = system.lock();
-      const auto live_node = caf::actor_cast<caf::actor>(node.lock());
-      if (!live_system || !live_node)
+      const auto live_actor = caf::actor_cast<caf::actor>(actor.lock());
+      if (!live_system || !live_actor)
         return reached;
       caf::scoped_actor self{*live_system};
-      self->request(live_node, ask_wait, progress_atom::value, seq)
+      self->request(live_actor, ask_wait, progress_atom::value, seq)
         .receive([&](const collective_progress& answers) { reached = answers.reached; },
                  [](const caf::error&) {});
       return reached;
     },
-    [node = caf::actor_cast<caf::weak_actor_ptr>(node_)](const error_value& why) {
-      if (const auto live_node = caf::actor_cast<caf::actor>(node.lock()))
-        caf::anon_send(live_node, abort_atom::value, why);
+    [actor = caf::actor_cast<caf::weak_actor_ptr>(actor_)](const error_value& why) {
+      if (const auto live_actor = caf::actor_cast<caf::actor>(actor.lock()))
+        caf::anon_send(live_actor, abort_atom::value, why);
     });
   try {
     start_links();
@@ -197,34 +197,34 @@ cluster_node::cluster_node(const cluster_spec& spec, bytes token, const node_set
     // handle is gone (the links' delivery holds one): both go before the
     // actor system, whose destructor would wait for them forever.
     ring_->explain_timeouts({}, {}, {});
-    caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
     links_.reset();
-    node_ = caf::actor{};
+    actor_ = caf::actor{};
     system_.reset();
     throw;
   }
   LOCKSTEP_LOG_INFO("worker {} of {} joined job '{}'", rank, spec.world_size, spec.job_id);
 }
 
-void cluster_node::start_links() {
-  links_->start([node = node_](control_event event) {
+void node::start_links() {
+  links_->start([actor = actor_](control_event event) {
     std::visit(
       [&](auto& what) {
         using type = std::decay_t<decltype(what)>;
         if constexpr (std::is_same_v<type, std::string>)
-          caf::anon_send(node, link_failure{event.peer, std::move(what)});
+          caf::anon_send(actor, link_failure{event.peer, std::move(what)});
         else if constexpr (std::is_same_v<type, collective_progress>)
-          caf::anon_send(node, event.peer, std::move(what));
+          caf::anon_send(actor, event.peer, std::move(what));
         else {
           what.rank = event.peer; // the authenticated connection's rank, not the claim
-          caf::anon_send(node, what);
+          caf::anon_send(actor, what);
         }
       },
       event.what);
   });
 }
 
-cluster_node::~cluster_node() {
+node::~node() {
   if (!links_)
     return;
   ring_->explain_timeouts({}, {}, {}); // the ring may outlive the node
@@ -232,9 +232,9 @@ cluster_node::~cluster_node() {
   // write it before they stop. Their delivery holds a handle of the actor:
   // both go before the actor system may (its destructor waits for every
   // actor to be gone).
-  stop_node_actor(*system_, node_, 2 * heartbeat_interval_);
+  stop_node_actor(*system_, actor_, 2 * heartbeat_interval_);
   links_.reset();
-  node_ = caf::actor{};
+  actor_ = caf::actor{};
   system_.reset();
 }
 

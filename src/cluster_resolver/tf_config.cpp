@@ -9,7 +9,7 @@
 // alone. The checks and their messages are multi_worker_util's
 // _validate_cluster_spec, plus the refusals a collective cluster needs.
 
-#include "cluster/cluster_sources.hpp"
+#include "cluster_resolver/cluster_sources.hpp"
 #include "runtime/error_text.hpp"
 
 #include "lockstep/error.hpp"
