@@ -58,7 +58,7 @@
 namespace lockstep::detail {
 
 /// control links -> node actor: the connection with `peer` closed or
-/// failed (below).
+/// failed.
 struct link_failure {
   std::uint32_t peer;
   std::string reason;
