@@ -8,6 +8,7 @@
 #include "lockstep/context.hpp"
 #include "lockstep/cross_device_ops.hpp"
 #include "lockstep/dataset.hpp"
+#include "lockstep/device_assignment.hpp"
 #include "lockstep/distributed_dataset.hpp"
 #include "lockstep/device_buffer.hpp"
 #include "lockstep/device_spec.hpp"
