@@ -200,12 +200,17 @@ TEST_CASE("replica r runs on device_assignment().device(r, 0)") {
     CHECK(pod.num_replicas_in_sync() == 2);
     CHECK(replica_devices_of(pod) == canonical_cpus({3, 1}));
   }
-  SUBCASE("2 replicas built with a stride of 2 along x: each on one chip") {
-    const auto assignment = device_assignment::build(topology, {1, 1, 1, 1}, {2, 1, 1, 1}, 2);
-    pod_strategy pod{topology, assignment};
-    CHECK(replica_devices_of(pod)
-          == std::vector<device_spec>{assignment.device(0, 0), assignment.device(1, 0)});
-    CHECK(assignment.device(0, 0) != assignment.device(1, 0));
+  SUBCASE("2 replicas built with a stride of 2 along x: TF's grid (1, 1, 1, 2) puts them on "
+          "the two cores of chip 0") {
+    pod_strategy pod{topology,
+                     device_assignment::build(topology, {1, 1, 1, 1}, {2, 1, 1, 1}, 2)};
+    CHECK(replica_devices_of(pod) == canonical_cpus({0, 1}));
+  }
+  SUBCASE("3 replicas on the odd mesh of 3 devices [3, 1, 1, 1]") {
+    const auto three = pod_topology::from_devices(cpu_devices(3));
+    pod_strategy pod{three};
+    CHECK(pod.num_replicas_per_host() == 3);
+    CHECK(replica_devices_of(pod) == canonical_cpus({0, 1, 2}));
   }
 }
 

@@ -40,7 +40,7 @@ device_assignment assignment_for(const pod_topology& topology,
     return device_assignment::build(topology, ones, ones, topology.num_devices());
   }
   check_one_task(given->topology(), "a device assignment");
-  if (!(given->topology() == topology))
+  if (given->topology() != topology)
     throw value_error("pod_strategy: the device_assignment is on another topology than the "
                       "strategy's");
   const auto cores = given->num_cores_per_replica();
