@@ -24,6 +24,7 @@
 #include "lockstep/multi_worker_mirrored_strategy.hpp"
 #include "lockstep/nest.hpp"
 #include "lockstep/one_device_strategy.hpp"
+#include "lockstep/pod_strategy.hpp"
 #include "lockstep/pod_topology.hpp"
 #include "lockstep/reduce_op.hpp"
 #include "lockstep/replica_context.hpp"

@@ -156,7 +156,10 @@ public:
   strategy_extended(const strategy_extended&) = delete;
   strategy_extended& operator=(const strategy_extended&) = delete;
 
-  /// Reduces a per-replica value onto `destination`'s devices.
+  /// Reduces a per-replica value onto `destination`'s devices. The pod
+  /// strategy reduces to one device outside `run` (value_error "Multiple
+  /// devices are not supported for pod_strategy", as TF's TPUStrategy);
+  /// inside (a merge function), onto any devices.
   mirrored<tensor> reduce_to(reduce_op op, const per_replica<tensor>& value,
                              const destinations& destination) const;
 
@@ -189,7 +192,8 @@ public:
   /// True when the replicas are on several worker processes.
   bool spans_workers() const noexcept;
 
-  /// One `reduce_to` per pair, in order (a strategy may fuse them).
+  /// One `reduce_to` per pair, in order (a strategy may fuse them); the
+  /// pod strategy's rule applies to every pair.
   std::vector<mirrored<tensor>>
   batch_reduce_to(reduce_op op, const std::vector<reduce_pair>& pairs) const;
 
@@ -233,6 +237,18 @@ public:
   multi_step_context experimental_run_steps_on_iterator(
     F&& fn, distributed_iterator<T>& iterator, std::size_t iterations,
     std::map<std::string, tensor> initial_loop_values = {}) const;
+
+  /// The same with `iterations` = steps_per_run().
+  template <class F, distributable T>
+  multi_step_context experimental_run_steps_on_iterator(F&& fn,
+                                                        distributed_iterator<T>& iterator) const {
+    return experimental_run_steps_on_iterator(std::forward<F>(fn), iterator, steps_per_run());
+  }
+
+  /// TF's steps_per_run: the steps of experimental_run_steps_on_iterator
+  /// when the call gives none; the pod strategy's setting, 1 for the
+  /// others (TF's default iterations).
+  std::size_t steps_per_run() const noexcept;
 
   // -- variables --------------------------------------------------------------
 
@@ -288,9 +304,10 @@ public:
   /// the closest copy of any other.
   tensor read_var(const variable& var) const;
 
-  /// Where `update_non_slot` should run for state shared by `vars`: every
-  /// device of a mirrored strategy; the devices of the variable with the
-  /// smallest name otherwise.
+  /// Where `update_non_slot` should run for state shared by `vars`: the
+  /// host of the pod strategy (TF's TPUStrategy); every device of a
+  /// mirrored strategy; the devices of the variable with the smallest name
+  /// otherwise.
   std::vector<device_spec> non_slot_devices(const std::vector<variable>& vars) const;
 
   /// Variables created while the guard lives are placed on `var`'s devices
@@ -563,6 +580,7 @@ private:
   friend class mirrored_strategy;
   friend class multi_worker_mirrored_strategy;
   friend class one_device_strategy;
+  friend class pod_strategy;
 
   explicit strategy(std::shared_ptr<detail::strategy_state> state) noexcept
     : state_(std::move(state)) {}

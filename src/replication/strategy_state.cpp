@@ -169,6 +169,11 @@ user_claim::~user_claim() {
     state_.user.store(std::thread::id{});
 }
 
+bool in_dispatch(const strategy_state& state) noexcept {
+  // Only call_for_each_replica claims a strategy, for the whole call.
+  return state.user.load() == std::this_thread::get_id();
+}
+
 std::string describe_replica(const strategy_state& state, std::size_t replica) {
   std::string out = "replica " + std::to_string(replica);
   if (replica < state.devices.size())

@@ -54,6 +54,16 @@ public:
   virtual bool stop() noexcept { return true; }
 };
 
+/// What the pod strategy (TF's TPUStrategy) changes in the API that every
+/// strategy shares (src/strategies/strategy.cpp).
+struct pod_rules {
+  /// Where non-slot state lives (TF's non_slot_devices): the host CPU of
+  /// replica 0's device.
+  device_spec host_device;
+  /// The steps of a host loop when the call gives none (TF's steps_per_run).
+  std::size_t steps_per_run = 1;
+};
+
 /// A strategy's state. The strategies make it as a public_strategy_state
 /// (src/strategies/public_state.hpp), which adds what only the API knows:
 /// the strategy_extended of its handles, and the replica contexts.
@@ -164,6 +174,10 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// dispatch on, when it is fully built.
   std::atomic<bool> dumped{false};
 
+  /// The pod strategy's rules; unset for the other strategies. Set once,
+  /// before the replicas start.
+  std::optional<pod_rules> pod;
+
   /// Runs the replicas; stopped before the rest of the state is destroyed.
   std::unique_ptr<replica_executor> executor;
 
@@ -189,6 +203,11 @@ public:
 private:
   strategy_state& state_;
 };
+
+/// True on the thread that dispatches a call of `state`'s replicas (`run`,
+/// a multi-step loop) while the call lasts, which is where its merge
+/// functions run: TF's "inside the replicated computation".
+bool in_dispatch(const strategy_state& state) noexcept;
 
 /// `timeout` if it is a valid deadline (> 0, at most
 /// runtime_options::max_timeout), else value_error naming `what`.

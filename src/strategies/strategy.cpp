@@ -136,6 +136,15 @@ std::string describe(const tensor& value) {
   return out.str();
 }
 
+/// TF's TPUStrategy reduces a distributed value to one device outside its
+/// replicated computation; inside it (merge functions, all_reduce), onto
+/// the replicas' devices as the other strategies do.
+void check_pod_destinations(const detail::strategy_state& state,
+                            const destinations& destination) {
+  if (state.pod && destination.devices().size() > 1 && !detail::in_dispatch(state))
+    throw value_error("Multiple devices are not supported for pod_strategy");
+}
+
 } // namespace
 
 // -- scope_guard ------------------------------------------------------------------
@@ -225,6 +234,7 @@ mirrored<tensor> strategy_extended::reduce_to(reduce_op op,
                                               const per_replica<tensor>& value,
                                               const destinations& destination) const {
   detail::require_cross_replica_or_default_context(*state_);
+  check_pod_destinations(*state_, destination);
   // TF's regroup would have collapsed it into a plain value. Across
   // workers every component counts (TF's CollectiveAllReduceExtended).
   if (value.is_single() && !spans_workers())
@@ -253,6 +263,8 @@ std::vector<mirrored<tensor>>
 strategy_extended::batch_reduce_to(reduce_op op,
                                    const std::vector<reduce_pair>& pairs) const {
   detail::require_cross_replica_or_default_context(*state_);
+  for (const auto& p : pairs)
+    check_pod_destinations(*state_, p.destination);
   const bool any_single = std::any_of(pairs.begin(), pairs.end(),
                                       [](const reduce_pair& p) { return p.value.is_single(); });
   if (!any_single)
@@ -310,6 +322,10 @@ cross_device_ops& strategy_extended::cross_device_ops() const {
 std::string strategy_extended::collective_flight_record() const {
   const auto& communicator = state_->collectives.communicator;
   return communicator ? communicator->session().dump() : std::string{};
+}
+
+std::size_t strategy_extended::steps_per_run() const noexcept {
+  return state_->pod ? state_->pod->steps_per_run : 1;
 }
 
 std::chrono::milliseconds strategy_extended::timeout() const noexcept {

@@ -52,6 +52,8 @@ tensor strategy_extended::read_var(const variable& var) const {
 
 std::vector<device_spec>
 strategy_extended::non_slot_devices(const std::vector<variable>& vars) const {
+  if (state_->pod)
+    return {state_->pod->host_device};
   if (state_->replicated)
     return state_->devices;
   if (vars.empty())

@@ -97,6 +97,17 @@ void run_non_slot(strategy_state& state, const std::vector<device_spec>& devices
                   std::shared_ptr<update_function> fn) {
   if (devices.empty())
     throw value_error("update_non_slot: no devices");
+  // The pod strategy's host (its non_slot_devices) need not run a replica:
+  // fn runs there once, on the calling thread in cross-replica context, as
+  // TF's TPUStrategy runs it on its host.
+  if (state.pod && devices.size() == 1 && devices[0].canonical() == state.pod->host_device
+      && std::find(state.devices.begin(), state.devices.end(), state.pod->host_device)
+           == state.devices.end()) {
+    mode_guard mode{{&state, nullptr}};
+    device_scope placement{state.pod->host_device};
+    fn->call(0, nullptr, nullptr);
+    return;
+  }
   std::vector<std::size_t> indices;
   for (const auto& d : devices)
     indices.push_back(device_index(state, d));
