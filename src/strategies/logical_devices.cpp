@@ -52,17 +52,16 @@ std::vector<device_spec> core_of_every_replica(const detail::strategy_state& sta
 
 logical_device_guard::logical_device_guard(std::optional<device_spec> device,
                                            std::vector<device_spec> placement) {
-  if (!placement.empty()) {
+  if (device)
+    device_.emplace(std::move(*device));
+  if (!placement.empty()) { // last: nothing after it can throw
     detail::push_colocation(std::move(placement));
     placed_ = true;
   }
-  if (device)
-    device_.emplace(std::move(*device));
 }
 
 logical_device_guard::~logical_device_guard() {
-  device_.reset(); // scopes end in reverse order of their start
-  if (placed_)
+  if (placed_) // then device_ ends: the reverse order of their start
     detail::pop_colocation();
 }
 
