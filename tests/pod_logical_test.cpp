@@ -302,6 +302,15 @@ TEST_CASE("experimental_logical_device places tensors and variables on a logical
   }
 }
 
+TEST_CASE("outside the pod strategy, its logical device scope places nothing") {
+  auto pod = two_by_two();
+  const auto before = current_device();
+  auto core = pod.extended().experimental_logical_device(1);
+  CHECK(current_device() == before);
+  const variable plain{tensor::scalar(1.0f)}; // the default strategy's
+  CHECK(plain.devices() == std::vector<device_spec>{before});
+}
+
 TEST_CASE("a part on logical core 0 of the pod runs on core 0's executor, not the replica's "
           "thread") {
   auto pod = two_by_two();
