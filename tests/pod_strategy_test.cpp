@@ -355,13 +355,6 @@ TEST_CASE("the refusals and errors name the problem") {
           == "pod_strategy: a device assignment of 2 tasks (hosts) is not supported yet; "
              "pod_strategy runs the devices of one task, this process's (docs/pod.md)");
   }
-  SUBCASE("more than one logical core per replica (the logical-device increment)") {
-    CHECK(error_of<value_error>([&] {
-            (void) pod_strategy{topology, device_assignment::build(topology, {1, 1, 1, 2}, {}, 2)};
-          })
-          == "pod_strategy: a device assignment of 2 logical cores per replica is not "
-             "supported yet; pod_strategy runs replicas of one logical core (docs/pod.md)");
-  }
   SUBCASE("an assignment on another topology") {
     const auto two = pod_topology::from_devices(cpu_devices(2));
     CHECK(error_of<value_error>([&] { (void) pod_strategy{topology, device_assignment::build(two)}; })

@@ -2,7 +2,8 @@
 
 // TF's TPUStrategy on a pod of this process's devices: one replica per
 // replica of a device_assignment, each a replica actor (as
-// mirrored_strategy's) on the device of its logical core 0. docs/pod.md
+// mirrored_strategy's) on the device of its logical core 0, its other
+// logical cores running parts of it (model parallelism). docs/pod.md
 // says what works now and what later increments add.
 
 #include "lockstep/device_assignment.hpp"
@@ -35,11 +36,13 @@ public:
   /// pod_topology::from_devices(cpu_devices(4))), its replicas placed by
   /// `assignment` (unset: as TF's TPUStrategy, one replica per device of
   /// one logical core each, device_assignment::build(topology, ones, ones,
-  /// topology.num_devices())). Throws value_error for a topology or an
-  /// assignment of more than one task, an assignment on another topology,
-  /// an assignment of more than one logical core per replica (not
-  /// supported yet: docs/pod.md), a steps_per_run of 0, and the device
-  /// errors of mirrored_strategy.
+  /// topology.num_devices())). A replica of several logical cores runs on
+  /// its core 0; its core k is `assignment.device(r, k)`, which
+  /// strategy_extended::experimental_logical_device and
+  /// replica_context::experimental_logical_device use (docs/pod.md).
+  /// Throws value_error for a topology or an assignment of more than one
+  /// task, an assignment on another topology, a steps_per_run of 0, and
+  /// the device errors of mirrored_strategy.
   explicit pod_strategy(pod_topology topology,
                         std::optional<lockstep::device_assignment> assignment = std::nullopt,
                         pod_options options = {});

@@ -82,6 +82,40 @@ public:
   /// The device(s) this replica runs on.
   std::vector<device_spec> devices() const;
 
+  /// Model parallelism inside a replica (docs/pod.md): runs `fn()` on this
+  /// replica's logical core `logical_device_id` and returns its result (an
+  /// exception from `fn` is rethrown here, with its type). On the pod
+  /// strategy `fn` runs on the thread of that core's device (its device
+  /// executor, which also applies the writes of the variable copies there,
+  /// in order), with the core's device current and this replica's copies of
+  /// the strategy's variables as its own; this thread waits at most the
+  /// strategy's timeout (timeout_error naming the replica and the core).
+  /// Other strategies have logical core 0 alone, the replica itself: `fn`
+  /// runs here. `logical_device_id` outside [0, logical cores per replica)
+  /// throws TF's value_error ("`logical_device_id` not in range ...").
+  ///
+  /// Tensors do not move by themselves: `fn` copies what it takes from
+  /// another core to its own device (`x.to(current_device())`), and the
+  /// caller copies what it gets back (as TF places a tensor where its op
+  /// runs). Inside `fn`, read variables; write them, and call merge_call
+  /// or all_reduce, on the replica's own thread, after `fn` returns.
+  /// Capture by value what `fn` uses after a timeout: it still runs.
+  template <class F>
+  auto experimental_logical_device(std::size_t logical_device_id, F&& fn) {
+    using callable = std::decay_t<F>;
+    using result_type = std::invoke_result_t<callable&>;
+    if constexpr (std::is_void_v<result_type>) {
+      run_on_logical_device(logical_device_id, std::function<void()>{std::forward<F>(fn)});
+    } else {
+      auto result = std::make_shared<std::optional<result_type>>();
+      run_on_logical_device(logical_device_id,
+                            [result, part = callable(std::forward<F>(fn))]() mutable {
+                              result->emplace(part());
+                            });
+      return std::move(**result);
+    }
+  }
+
   /// Pauses every replica at this call, runs `merge_fn` once in
   /// cross-replica context with each argument regrouped into a
   /// `per_replica` (`merge_fn` may take the strategy first), and returns
@@ -168,6 +202,9 @@ public:
 
 private:
   friend struct detail::replica_context_access;
+
+  /// experimental_logical_device(id, fn) without the result's type.
+  void run_on_logical_device(std::size_t logical_device_id, std::function<void()> fn);
 
   replica_context(detail::strategy_state& state, std::size_t replica_id,
                   detail::merge_channel& channel) noexcept

@@ -130,6 +130,24 @@ private:
   bool pushed_;
 };
 
+/// RAII guard of `strategy_extended::experimental_logical_device(id)`:
+/// restores the current device and the placement of new variables when
+/// destroyed, on the thread that made it.
+class [[nodiscard]] logical_device_guard {
+public:
+  logical_device_guard(const logical_device_guard&) = delete;
+  logical_device_guard& operator=(const logical_device_guard&) = delete;
+  ~logical_device_guard();
+
+private:
+  friend class strategy_extended;
+  /// Makes `device` current (when set) and places new variables on
+  /// `placement` (when not empty).
+  logical_device_guard(std::optional<device_spec> device, std::vector<device_spec> placement);
+  std::optional<device_scope> device_;
+  bool placed_ = false;
+};
+
 /// RAII guard returned by `strategy::scope()`: the thread is in the
 /// strategy's cross-replica context until the guard is destroyed. Destroy it
 /// on the thread that created it.
@@ -314,6 +332,21 @@ public:
   /// (optimizer slots next to their variable). value_error unless `var`
   /// was created in this strategy's scope.
   colocation_guard colocate_vars_with(const variable& var) const;
+
+  /// TF's experimental_logical_device: while the guard lives, on this
+  /// thread, work goes to logical core `logical_device_id` of each replica
+  /// (model parallelism, docs/pod.md). In a replica function of this
+  /// strategy: the calling replica's core is the current device (of new
+  /// tensors), and variables created are placed on that core of every
+  /// replica; in the strategy's cross-replica context: variables created
+  /// are placed on that core of every replica, one copy per replica (TF's
+  /// TPUMirroredVariable); elsewhere it places nothing. The pod strategy
+  /// has `device_assignment().num_cores_per_replica()` logical cores per
+  /// replica, the other strategies one, core 0, the replica itself (a
+  /// scope that changes nothing). An id outside that range throws TF's
+  /// value_error: "`logical_device_id` not in range (was 2, but there are
+  /// only 2 logical devices per replica)."
+  logical_device_guard experimental_logical_device(std::size_t logical_device_id) const;
 
   /// The variable a component belongs to (TF's value_container).
   variable value_container(const variable& component) const {

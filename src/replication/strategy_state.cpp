@@ -103,10 +103,24 @@ detail::device_executor& strategy_state::device_executor(std::size_t device) {
   return *device_executors_.at(device);
 }
 
+detail::device_executor& strategy_state::device_executor(const device_spec& device) {
+  const auto key = device.canonical();
+  const auto replica = std::find(devices.begin(), devices.end(), key);
+  if (replica != devices.end())
+    return device_executor(static_cast<std::size_t>(replica - devices.begin()));
+  std::lock_guard<std::mutex> lock{variables_mutex_};
+  for (const auto& e : other_executors_)
+    if (e->device().canonical() == key)
+      return *e;
+  other_executors_.push_back(detail::executor_of(key, spin_budget(devices.size() + 1)));
+  return *other_executors_.back();
+}
+
 bool strategy_state::on_device_executor_thread() const {
   std::lock_guard<std::mutex> lock{variables_mutex_};
-  return std::any_of(device_executors_.begin(), device_executors_.end(),
-                     [](const auto& e) { return e->on_this_thread(); });
+  const auto here = [](const auto& e) { return e->on_this_thread(); };
+  return std::any_of(device_executors_.begin(), device_executors_.end(), here)
+         || std::any_of(other_executors_.begin(), other_executors_.end(), here);
 }
 
 void strategy_state::drain_device_executors() {
@@ -114,6 +128,8 @@ void strategy_state::drain_device_executors() {
   {
     std::lock_guard<std::mutex> lock{variables_mutex_};
     for (const auto& e : device_executors_)
+      executors.push_back(e.get());
+    for (const auto& e : other_executors_)
       executors.push_back(e.get());
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -62,6 +62,10 @@ struct pod_rules {
   device_spec host_device;
   /// The steps of a host loop when the call gives none (TF's steps_per_run).
   std::size_t steps_per_run = 1;
+  /// The canonical device of every logical core of every replica of this
+  /// worker, [replica][logical core] (TF's logical_core): column 0 is
+  /// `devices`.
+  std::vector<std::vector<device_spec>> logical_cores;
 };
 
 /// A strategy's state. The strategies make it as a public_strategy_state
@@ -138,6 +142,11 @@ struct strategy_state : std::enable_shared_from_this<strategy_state> {
   /// the copies of variables there; started on first use.
   detail::device_executor& device_executor(std::size_t device);
 
+  /// The executor of `device` (canonical): one of `devices`', or, for a
+  /// device that runs no replica (a pod's logical core other than 0), one
+  /// started on first use and kept, drained and stopped with the others.
+  detail::device_executor& device_executor(const device_spec& device);
+
   /// True on one of this strategy's device executor threads.
   bool on_device_executor_thread() const;
 
@@ -185,6 +194,8 @@ private:
   const std::string name_;
   mutable std::mutex variables_mutex_;
   std::vector<std::shared_ptr<detail::device_executor>> device_executors_;
+  /// The executors of devices outside `devices`, in order of first use.
+  std::vector<std::shared_ptr<detail::device_executor>> other_executors_;
   std::exception_ptr write_failure_;
 };
 

@@ -1,5 +1,7 @@
 // pod_strategy: checks the pod and its device assignment, then starts one
-// replica actor per replica on the device of its logical core 0, as
+// replica actor per replica on the device of its logical core 0 (its other
+// logical cores run parts of it on their device executors,
+// strategies/logical_devices.cpp), as
 // mirrored_strategy does (strategies/mirrored_devices.hpp), with the pod's
 // rules in the shared state (detail::pod_rules).
 
@@ -31,7 +33,7 @@ void check_one_task(const pod_topology& topology, const char* what) {
 
 /// `given`, or TF's TPUStrategy default: one replica of one logical core
 /// per device of the pod. Refuses what TF allows but this version does not
-/// run yet: several tasks, several logical cores per replica.
+/// run yet: several tasks.
 device_assignment assignment_for(const pod_topology& topology,
                                  std::optional<device_assignment> given) {
   check_one_task(topology, "a topology");
@@ -43,11 +45,6 @@ device_assignment assignment_for(const pod_topology& topology,
   if (given->topology() != topology)
     throw value_error("pod_strategy: the device_assignment is on another topology than the "
                       "strategy's");
-  const auto cores = given->num_cores_per_replica();
-  if (cores > 1)
-    throw value_error("pod_strategy: a device assignment of " + std::to_string(cores)
-                      + " logical cores per replica is not supported yet; pod_strategy runs "
-                        "replicas of one logical core (docs/pod.md)");
   return std::move(*given);
 }
 
@@ -64,8 +61,13 @@ std::shared_ptr<detail::strategy_state> make_state(const device_assignment& assi
   auto name = "pod_strategy(" + detail::joined_device_names(devices) + ")";
   auto state = detail::public_strategy_state::create(
     std::move(name), {.local_devices = std::move(devices)}, true, std::move(ops), timeout);
+  std::vector<std::vector<device_spec>> logical_cores(assignment.num_replicas());
+  for (std::size_t r = 0; r < assignment.num_replicas(); ++r)
+    for (std::size_t k = 0; k < assignment.num_cores_per_replica(); ++k)
+      logical_cores[r].push_back(assignment.device(r, k).canonical());
   state->pod = detail::pod_rules{.host_device = assignment.host_device(0, 0).canonical(),
-                                 .steps_per_run = options.steps_per_run};
+                                 .steps_per_run = options.steps_per_run,
+                                 .logical_cores = std::move(logical_cores)};
   detail::start_replicas(*state);
   return state;
 }

@@ -83,7 +83,7 @@ variable make_variable(strategy_state& strategy, variable_kind kind, const std::
   for (std::size_t i = 0; i < devices.size(); ++i) {
     s->copy_names.push_back(i == 0 ? name : name + "/replica_" + std::to_string(i));
     // Several copies: each device's executor applies its copy's writes.
-    auto* executor = devices.size() > 1 ? &strategy.device_executor(i) : nullptr;
+    auto* executor = devices.size() > 1 ? &strategy.device_executor(devices[i]) : nullptr;
     s->copies.push_back(std::make_shared<detail::variable_copy>(
       s->copy_names.back(), i, initial.to(devices[i]), executor));
   }
