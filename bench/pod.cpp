@@ -16,7 +16,9 @@
 //   (c) mirrored_strategy over the same devices, its own multi-step loop
 //       of 100 steps per call.
 //
-//   The figure is microseconds per step. Targets: (b)/(a) <= 0.2 (the host
+//   Each arm reads its own endless iterator for the whole run, prefetching
+//   --prefetch steps (default: a whole call's). The figure is
+//   microseconds per step. Targets: (b)/(a) <= 0.2 (the host
 //   loop amortizes the dispatch) and (b)/(c) <= 1.1 (the pod's loop costs
 //   what mirrored_strategy's does).
 //
@@ -72,6 +74,7 @@ struct options {
   std::size_t steps_per_run = 100;
   std::size_t mlp_steps = 50;
   std::size_t reps = 7;
+  std::size_t prefetch = 0; // 0: steps_per_run
   std::vector<std::size_t> cpus;
   std::string json;
 };
@@ -82,6 +85,9 @@ constexpr std::string_view usage = R"(usage: pod [options]
   --steps-per-run K  the host loop's steps per call in (b) and (c) (default 100)
   --mlp-steps N      training steps timed per repetition of (d) and (e) (default 50)
   --reps N           repetitions of each arm, interleaved (default 7)
+  --prefetch N       input_options::prefetch_depth of the three iterators
+                     (default: --steps-per-run, a whole call's steps ahead,
+                     as TF's host loop enqueues a run of steps)
   --cpus LIST        run on these CPUs only (e.g. 0,1)
   --json FILE        also write {"rows": [...], "targets": [...]} to FILE
 A short check: --steps 200 --mlp-steps 5 --reps 3
@@ -98,6 +104,8 @@ options parse_options(int argc, char** argv) {
       opts.mlp_steps = parse_count(flag, value);
     else if (flag == "--reps")
       opts.reps = parse_count(flag, value);
+    else if (flag == "--prefetch")
+      opts.prefetch = parse_count(flag, value);
     else if (flag == "--cpus")
       opts.cpus = parse_list(flag, value, 0);
     else if (flag == "--json")
@@ -110,6 +118,8 @@ options parse_options(int argc, char** argv) {
     throw std::invalid_argument("--steps " + std::to_string(opts.steps)
                                 + " is not a multiple of --steps-per-run "
                                 + std::to_string(opts.steps_per_run));
+  if (opts.prefetch == 0)
+    opts.prefetch = opts.steps_per_run;
   return opts;
 }
 
@@ -126,11 +136,12 @@ lockstep::dataset<lockstep::tensor> tiny_batches() {
     .repeat();
 }
 
-/// `steps` steps in host loops of `per_call` steps on `s`; us per step.
+/// `steps` steps in host loops of `per_call` steps on `s`, from `it` (one
+/// endless iterator per arm for the whole run, its input actor already
+/// going); us per step.
 double host_loop_arm(const lockstep::strategy& s,
-                     const lockstep::distributed_dataset<lockstep::tensor>& data,
-                     std::size_t steps, std::size_t per_call) {
-  auto it = data.make_iterator();
+                     lockstep::distributed_iterator<lockstep::tensor>& it, std::size_t steps,
+                     std::size_t per_call) {
   auto step = [](lockstep::replica_context&, lockstep::multi_step_context&,
                  const lockstep::tensor& mine) {
     if (mine.num_elements() < 0)
@@ -273,6 +284,7 @@ void write_json(const std::string& path, const std::vector<arm_result>& arms,
   out["steps"] = opts.steps;
   out["steps_per_run"] = opts.steps_per_run;
   out["mlp_steps"] = opts.mlp_steps;
+  out["prefetch_depth"] = opts.prefetch;
   out["rows"] = nlohmann::json::array();
   for (const auto& a : arms)
     out["rows"].push_back({{"arm", a.name},
@@ -305,9 +317,12 @@ int main(int argc, char** argv) {
     lockstep::pod_strategy pod_many{two_devices, std::nullopt,
                                     {.steps_per_run = opts.steps_per_run}};
     lockstep::mirrored_strategy mirrored{lockstep::cpu_devices(2)};
-    const auto data_one = pod_one.experimental_distribute_dataset(tiny_batches());
-    const auto data_many = pod_many.experimental_distribute_dataset(tiny_batches());
-    const auto data_mirrored = mirrored.experimental_distribute_dataset(tiny_batches());
+    lockstep::input_options input;
+    input.prefetch_depth = opts.prefetch;
+    auto it_one = pod_one.experimental_distribute_dataset(tiny_batches(), input).make_iterator();
+    auto it_many = pod_many.experimental_distribute_dataset(tiny_batches(), input).make_iterator();
+    auto it_mirrored
+      = mirrored.experimental_distribute_dataset(tiny_batches(), input).make_iterator();
 
     // (2) one replica of the MLP: over 2 logical cores, and on 1 device.
     lockstep::pod_strategy split_pod{
@@ -317,12 +332,10 @@ int main(int argc, char** argv) {
     mlp split_model;
     mlp one_model;
 
-    auto arm_a = [&] { return host_loop_arm(pod_one, data_one, opts.steps, 1); };
-    auto arm_b = [&] {
-      return host_loop_arm(pod_many, data_many, opts.steps, opts.steps_per_run);
-    };
+    auto arm_a = [&] { return host_loop_arm(pod_one, it_one, opts.steps, 1); };
+    auto arm_b = [&] { return host_loop_arm(pod_many, it_many, opts.steps, opts.steps_per_run); };
     auto arm_c = [&] {
-      return host_loop_arm(mirrored, data_mirrored, opts.steps, opts.steps_per_run);
+      return host_loop_arm(mirrored, it_mirrored, opts.steps, opts.steps_per_run);
     };
     auto arm_d = [&] { return mlp_arm(split_pod, split_model, true, opts.mlp_steps); };
     auto arm_e = [&] { return mlp_arm(one_device, one_model, false, opts.mlp_steps); };
