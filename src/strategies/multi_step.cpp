@@ -143,7 +143,8 @@ void multi_step_context::set_last_step_output(const std::string& name,
   if (auto* slot = replica_slot_of_caller(state, "set_last_step_output")) {
     // A replica records its own component.
     const auto r = static_cast<std::size_t>(slot - state.slots.data());
-    slot->last_step_outputs.insert_or_assign(name, std::pair{value[r], replica_op(state, name, op)});
+    slot->last_step_outputs.insert_or_assign(name,
+                                             std::pair{value[r], replica_op(state, name, op)});
     return;
   }
   if (op)
