@@ -73,14 +73,21 @@ public:
   /// How many steps the input actor has made in all.
   std::uint64_t produced() const { return channel_->produced(); }
 
+  /// The static batch size of the dataset it reads (TF's static batch
+  /// dimension of its output shapes, `dataset::static_batch_size()`):
+  /// known when every batch is full; nullopt when a batch may be partial.
+  std::optional<std::int64_t> static_batch_size() const noexcept { return static_batch_size_; }
+
 private:
   friend class distributed_dataset<T>;
 
   /// A pass whose steps `channel` delivers, ended by all workers together
-  /// through `agree` (empty in one process); made by distributed_dataset.
+  /// through `agree` (empty in one process); made by distributed_dataset
+  /// over a dataset of static batch size `static_batch_size`.
   distributed_iterator(std::shared_ptr<detail::prefetch_channel> channel, detail::worker_sum agree,
-                       input_context worker)
-    : channel_(channel), steps_(steps_of(std::move(channel), std::move(agree), worker)) {}
+                       input_context worker, std::optional<std::int64_t> static_batch_size)
+    : channel_(channel), steps_(steps_of(std::move(channel), std::move(agree), worker)),
+      static_batch_size_(static_batch_size) {}
 
   static std::unique_ptr<detail::source<element_type>>
   steps_of(std::shared_ptr<detail::prefetch_channel> channel, detail::worker_sum agree,
@@ -94,6 +101,7 @@ private:
 
   std::shared_ptr<detail::prefetch_channel> channel_;
   dataset_iterator<element_type> steps_;
+  std::optional<std::int64_t> static_batch_size_;
 };
 
 // -- distributed dataset -----------------------------------------------------------
@@ -184,7 +192,7 @@ private:
     };
     return distributed_iterator<T>{std::make_shared<detail::prefetch_channel>(
                                      options_.prefetch_depth, options_.timeout, std::move(produce)),
-                                   agree_, worker_};
+                                   agree_, worker_, data_.static_batch_size()};
   }
 
   dataset<T> data_;

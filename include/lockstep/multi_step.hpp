@@ -49,7 +49,10 @@ public:
   /// records its value for this step; after the loop the values of the last
   /// step that set `name` are reduced once with `strategy::reduce(op, ...)`
   /// into one tensor. Every replica must set the same names with the same
-  /// op (value_error naming the replica otherwise).
+  /// op (value_error naming the replica otherwise). On the pod strategy the
+  /// op must be SUM or MEAN (TF's TPU rule inside the replicated
+  /// computation: context_error "Currently only support sum & mean in
+  /// pod_strategy.").
   ///
   /// In cross-replica context (e.g. in a merge_call's merge function within
   /// a step) the value is stored as given: reduced with `strategy::reduce`

@@ -168,7 +168,9 @@ public:
   /// op, dtypes, shapes, structure and options. With a slice_all_reduce
   /// strategy the replica threads meet at the collective themselves (see
   /// docs/algorithms.md); otherwise it is a merge_call, which uses the
-  /// strategy's cross_device_ops as it is and ignores `options`.
+  /// strategy's cross_device_ops as it is and ignores `options`. On the
+  /// pod strategy only SUM and MEAN (TF's TPU rule): any other op is
+  /// context_error "Currently only support sum & mean in pod_strategy.".
   tensor all_reduce(reduce_op op, const tensor& value, const communication_options& options = {});
   std::vector<tensor> all_reduce(reduce_op op, const std::vector<tensor>& values,
                                  const communication_options& options = {});

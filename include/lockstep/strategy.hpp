@@ -100,6 +100,12 @@ std::size_t replica_id(const replica_context& ctx);
 /// value_error unless `iterations` is at least 1.
 void check_iterations(std::size_t iterations);
 
+/// The pod strategy's host loops need static shapes (TF's TPUStrategy):
+/// value_error with TF's text when `static_batch_size` (the iterator's
+/// dataset's) is unknown. Nothing for the other strategies.
+void check_host_loop_shapes(const strategy_state& state,
+                            std::optional<std::int64_t> static_batch_size);
+
 /// The device of each replica, in replica order: the strategy's devices;
 /// for the default strategy, the calling thread's current device.
 std::vector<device_spec> replica_devices(const strategy_state& state);
@@ -177,7 +183,10 @@ public:
   /// Reduces a per-replica value onto `destination`'s devices. The pod
   /// strategy reduces to one device outside `run` (value_error "Multiple
   /// devices are not supported for pod_strategy", as TF's TPUStrategy);
-  /// inside (a merge function), onto any devices.
+  /// inside (a merge function), onto any devices. Inside `run` the pod
+  /// strategy reduces with SUM and MEAN only (TF's TPU rule): any other op
+  /// is context_error "Currently only support sum & mean in pod_strategy.",
+  /// here and in batch_reduce_to, hence in replica_context::all_reduce.
   mirrored<tensor> reduce_to(reduce_op op, const per_replica<tensor>& value,
                              const destinations& destination) const;
 
@@ -185,7 +194,8 @@ public:
   /// read as "N replicas each hold this value": MEAN, MIN and MAX broadcast
   /// it; SUM and PROD do so only with one replica, else value_error. With
   /// several workers, each worker's value is one component of a reduction
-  /// across the workers (TF's multi-worker strategy).
+  /// across the workers (TF's multi-worker strategy). Inside the pod
+  /// strategy's `run`, SUM and MEAN only, as for a per-replica value.
   mirrored<tensor> reduce_to(reduce_op op, const tensor& value,
                              const destinations& destination) const;
 
@@ -245,6 +255,13 @@ public:
   /// the replica context). A call of K steps costs one dispatch, not K.
   /// Last-step outputs set in replica context are reduced once, after the
   /// loop. The iterator continues after the last step taken.
+  ///
+  /// On the pod strategy the steps must have static shapes, as TF's
+  /// TPUStrategy requires: the iterator's dataset must have a static batch
+  /// size (`dataset::batch(n, true)`), else value_error "pod currently
+  /// requires fully defined shapes. Either use set_shape() on the input
+  /// tensors or use dataset.batch(..., drop_remainder=True)." before any
+  /// step is taken. The other strategies take partial batches.
   ///
   /// Requires the strategy's cross-replica context or the default context
   /// (context_error); value_error when `iterations` is 0. An exception in
@@ -673,6 +690,7 @@ multi_step_context strategy_extended::experimental_run_steps_on_iterator(
   std::map<std::string, tensor> initial_loop_values) const {
   using step_type = typename distributed_iterator<T>::element_type;
   detail::require_cross_replica_or_default_context(*state_);
+  detail::check_host_loop_shapes(*state_, iterator.static_batch_size());
   detail::check_iterations(iterations);
   multi_step_context context{*state_, std::move(initial_loop_values)};
   // Shared with the replicas: a replica that outlives a timed-out call still

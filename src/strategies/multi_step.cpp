@@ -50,6 +50,15 @@ void check_iterations(std::size_t iterations) {
     throw value_error("experimental_run_steps_on_iterator: iterations must be at least 1, got 0");
 }
 
+void check_host_loop_shapes(const strategy_state& state,
+                            std::optional<std::int64_t> static_batch_size) {
+  // TF's TPUStrategy checks its iterator's output shapes before the loop:
+  // a batch dimension that may be partial is not fully defined.
+  if (state.pod && !static_batch_size)
+    throw value_error("pod currently requires fully defined shapes. Either use set_shape() on "
+                      "the input tensors or use dataset.batch(..., drop_remainder=True).");
+}
+
 } // namespace lockstep::detail
 
 namespace lockstep {
@@ -92,6 +101,17 @@ reduce_op required_op(const std::string& name, std::optional<reduce_op> op) {
   return *op;
 }
 
+/// The op of a last-step output set in replica context. TF reduces it in a
+/// merge_call inside the pod's replicated computation, where TF's TPU rule
+/// allows SUM and MEAN only (context_error, as strategy_extended::reduce_to
+/// inside `run`).
+reduce_op replica_op(const detail::multi_step_state& state, const std::string& name,
+                     std::optional<reduce_op> op) {
+  const auto chosen = required_op(name, op);
+  detail::check_pod_reduce_op(*state.strategy, chosen);
+  return chosen;
+}
+
 } // namespace
 
 multi_step_context::multi_step_context(detail::strategy_state& state,
@@ -106,7 +126,7 @@ void multi_step_context::set_last_step_output(const std::string& name, const ten
   auto& state = *state_;
   require_usable(state, "set_last_step_output");
   if (auto* slot = replica_slot_of_caller(state, "set_last_step_output")) {
-    slot->last_step_outputs.insert_or_assign(name, std::pair{value, required_op(name, op)});
+    slot->last_step_outputs.insert_or_assign(name, std::pair{value, replica_op(state, name, op)});
     return;
   }
   if (op)
@@ -123,7 +143,8 @@ void multi_step_context::set_last_step_output(const std::string& name,
   if (auto* slot = replica_slot_of_caller(state, "set_last_step_output")) {
     // A replica records its own component.
     const auto r = static_cast<std::size_t>(slot - state.slots.data());
-    slot->last_step_outputs.insert_or_assign(name, std::pair{value[r], required_op(name, op)});
+    slot->last_step_outputs.insert_or_assign(name,
+                                             std::pair{value[r], replica_op(state, name, op)});
     return;
   }
   if (op)

@@ -77,4 +77,11 @@ inline const public_strategy_state& public_state(const strategy_state& state) no
   return static_cast<const public_strategy_state&>(state);
 }
 
+/// TF's TPU rule inside the replicated computation: on the pod strategy
+/// only SUM and MEAN reduce there. TF raises NotImplementedError, a Python
+/// RuntimeError; lockstep's RuntimeError is context_error (the op is refused
+/// in this context, inside `run`: outside, it reduces). Callers check that
+/// they are inside `run` (strategy.cpp, replica_context.cpp, multi_step.cpp).
+void check_pod_reduce_op(const strategy_state& state, reduce_op op);
+
 } // namespace lockstep::detail

@@ -147,6 +147,7 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
 
 std::vector<tensor> replica_context::all_reduce(reduce_op op, const std::vector<tensor>& values,
                                                 const communication_options& options) {
+  detail::check_pod_reduce_op(*state_, op); // inside run: SUM and MEAN only on the pod
   if (on_replica_threads(*this))
     return all_reduce_on_replicas(op, values, options, {});
   refuse_merge_path_options(*this, options);
@@ -164,6 +165,7 @@ tensor replica_context::all_reduce(reduce_op op, const tensor& value,
 
 std::vector<tensor> replica_context::all_reduce(reduce_op op, std::vector<tensor>&& values,
                                                 const communication_options& options) {
+  detail::check_pod_reduce_op(*state_, op);
   if (on_replica_threads(*this))
     return all_reduce_on_replicas(op, values, options, {}, &values);
   return all_reduce(op, std::as_const(values), options);
@@ -182,6 +184,7 @@ std::string replica_context::collective_flight_record() const {
 
 nest<tensor> replica_context::all_reduce(reduce_op op, const nest<tensor>& value,
                                          const communication_options& options) {
+  detail::check_pod_reduce_op(*state_, op);
   if (on_replica_threads(*this))
     return value.pack(all_reduce_on_replicas(op, value.flatten(), options,
                                              "structure " + value.structure_string()));

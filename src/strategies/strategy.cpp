@@ -75,6 +75,11 @@ call_for_each_replica(strategy_state& state,
   return state.executor->run(std::move(fn), timeout);
 }
 
+void check_pod_reduce_op(const strategy_state& state, reduce_op op) {
+  if (state.pod && op != reduce_op::sum && op != reduce_op::mean)
+    throw context_error("Currently only support sum & mean in pod_strategy.");
+}
+
 void throw_non_distributed(reduce_op op, const std::string& value) {
   throw value_error("A non-distributed value " + value
                     + " cannot be reduced with the given reduce op " + std::string{to_string(op)}
@@ -143,6 +148,14 @@ void check_pod_destinations(const detail::strategy_state& state,
                             const destinations& destination) {
   if (state.pod && destination.devices().size() > 1 && !detail::in_dispatch(state))
     throw value_error("Multiple devices are not supported for pod_strategy");
+}
+
+/// TF's TPUExtended._reduce_to inside its replicated computation (a merge
+/// function within `run`): SUM and MEAN only. MEAN keeps its exact mean
+/// (the sum divided by the count), where TF multiplies by 1 / replicas.
+void check_pod_reduce_op_in_run(const detail::strategy_state& state, reduce_op op) {
+  if (state.pod && detail::in_dispatch(state))
+    detail::check_pod_reduce_op(state, op);
 }
 
 } // namespace
@@ -234,6 +247,7 @@ mirrored<tensor> strategy_extended::reduce_to(reduce_op op,
                                               const per_replica<tensor>& value,
                                               const destinations& destination) const {
   detail::require_cross_replica_or_default_context(*state_);
+  check_pod_reduce_op_in_run(*state_, op);
   check_pod_destinations(*state_, destination);
   // TF's regroup would have collapsed it into a plain value. Across
   // workers every component counts (TF's CollectiveAllReduceExtended).
@@ -249,6 +263,7 @@ bool strategy_extended::spans_workers() const noexcept {
 mirrored<tensor> strategy_extended::reduce_to(reduce_op op, const tensor& value,
                                               const destinations& destination) const {
   check_reduce_non_distributed(destination);
+  check_pod_reduce_op_in_run(*state_, op);
   // Across workers, each worker's value is reduced with the others' (as
   // TF's multi-worker strategy does), as one component per worker.
   if (spans_workers())
@@ -263,6 +278,7 @@ std::vector<mirrored<tensor>>
 strategy_extended::batch_reduce_to(reduce_op op,
                                    const std::vector<reduce_pair>& pairs) const {
   detail::require_cross_replica_or_default_context(*state_);
+  check_pod_reduce_op_in_run(*state_, op);
   for (const auto& p : pairs)
     check_pod_destinations(*state_, p.destination);
   const bool any_single = std::any_of(pairs.begin(), pairs.end(),
