@@ -114,7 +114,7 @@ std::vector<tensor> initial_parameters(const mlp_spec& spec, std::uint64_t seed)
 
 batch_gradients loss_and_gradients(const mlp_spec& spec, const std::vector<tensor>& parameters,
                                    const tensor& images, const tensor& labels,
-                                   std::int64_t global_batch) {
+                                   std::int64_t global_batch, bool input_gradient) {
   check_parameters(spec, parameters);
   const auto batch = check_batch(spec, images, labels);
   if (global_batch <= 0)
@@ -122,6 +122,8 @@ batch_gradients loss_and_gradients(const mlp_spec& spec, const std::vector<tenso
   batch_gradients result;
   for (const auto& p : parameters)
     result.gradients.push_back(tensor::zeros(dtype::f32, p.shape()));
+  if (input_gradient)
+    result.input_gradient = tensor::zeros(dtype::f32, images.shape());
   if (batch == 0)
     return result;
 
@@ -155,9 +157,58 @@ batch_gradients loss_and_gradients(const mlp_spec& spec, const std::vector<tenso
     if (l > 0) {
       matrix back = delta * kernel(spec, parameters, l).transpose();
       delta = (acts[l].array() > 0.0f).select(back, 0.0f);
+    } else if (input_gradient) {
+      matrix_map{result.input_gradient.data<float>().data(), batch, spec.inputs()}.noalias()
+          = delta * kernel(spec, parameters, 0).transpose();
     }
   }
   return result;
+}
+
+tensor hidden_layer(const tensor& kernel_tensor, const tensor& bias_tensor, const tensor& images) {
+  if (kernel_tensor.dtype() != dtype::f32 || kernel_tensor.rank() != 2
+      || bias_tensor.dtype() != dtype::f32
+      || bias_tensor.shape() != lockstep::shape_t{kernel_tensor.shape()[1]}
+      || images.dtype() != dtype::f32 || images.rank() != 2
+      || images.shape()[1] != kernel_tensor.shape()[0])
+    throw value_error("mlp: a hidden layer needs float32 images [b, in], kernel [in, out] and"
+                      " bias [out], got " + images.to_string() + ", " + kernel_tensor.to_string()
+                      + " and " + bias_tensor.to_string());
+  const auto batch = images.shape()[0];
+  const auto in = kernel_tensor.shape()[0];
+  const auto out = kernel_tensor.shape()[1];
+  auto hidden = tensor::zeros(dtype::f32, {batch, out});
+  if (batch == 0)
+    return hidden;
+  matrix z = const_matrix_map{images.data<float>().data(), batch, in}
+             * const_matrix_map{kernel_tensor.data<float>().data(), in, out};
+  z.rowwise() += const_row_map{bias_tensor.data<float>().data(), out};
+  matrix_map{hidden.data<float>().data(), batch, out} = z.cwiseMax(0.0f);
+  return hidden;
+}
+
+std::vector<tensor> hidden_layer_gradients(const tensor& images, const tensor& hidden,
+                                           const tensor& hidden_gradient) {
+  if (images.dtype() != dtype::f32 || images.rank() != 2 || hidden.dtype() != dtype::f32
+      || hidden.rank() != 2 || hidden.shape()[0] != images.shape()[0]
+      || hidden_gradient.dtype() != dtype::f32 || hidden_gradient.shape() != hidden.shape())
+    throw value_error("mlp: a hidden layer's gradients need float32 images [b, in], hidden [b,"
+                      " out] and its gradient [b, out], got " + images.to_string() + ", "
+                      + hidden.to_string() + " and " + hidden_gradient.to_string());
+  const auto batch = images.shape()[0];
+  const auto in = images.shape()[1];
+  const auto out = hidden.shape()[1];
+  std::vector<tensor> gradients{tensor::zeros(dtype::f32, {in, out}),
+                                tensor::zeros(dtype::f32, {out})};
+  if (batch == 0)
+    return gradients;
+  const const_matrix_map h{hidden.data<float>().data(), batch, out};
+  const matrix delta
+      = (h.array() > 0.0f).select(const_matrix_map{hidden_gradient.data<float>().data(), batch, out}, 0.0f);
+  const const_matrix_map x{images.data<float>().data(), batch, in};
+  matrix_map{gradients[0].data<float>().data(), in, out}.noalias() = x.transpose() * delta;
+  Eigen::Map<row_vector>{gradients[1].data<float>().data(), out} = delta.colwise().sum();
+  return gradients;
 }
 
 std::int64_t count_correct(const mlp_spec& spec, const std::vector<tensor>& parameters,

@@ -42,6 +42,10 @@ struct batch_gradients {
   /// d loss / d parameter, in the order of the parameters, on the current
   /// device.
   std::vector<lockstep::tensor> gradients;
+  /// d loss / d images, float32 [b, inputs]: only when asked for (a later
+  /// stage of a model split over several devices hands it back to the
+  /// earlier one); empty otherwise.
+  lockstep::tensor input_gradient;
 };
 
 /// Forward and backward pass over `images` (float32 [b, inputs]) with
@@ -53,7 +57,21 @@ struct batch_gradients {
 batch_gradients loss_and_gradients(const mlp_spec& spec,
                                    const std::vector<lockstep::tensor>& parameters,
                                    const lockstep::tensor& images, const lockstep::tensor& labels,
-                                   std::int64_t global_batch);
+                                   std::int64_t global_batch, bool input_gradient = false);
+
+/// The first stage of a split MLP: relu(images kernel + bias), float32
+/// [b, out], for a kernel [inputs, out] and a bias [out]. value_error for
+/// shapes or dtypes that do not fit.
+lockstep::tensor hidden_layer(const lockstep::tensor& kernel, const lockstep::tensor& bias,
+                              const lockstep::tensor& images);
+
+/// That stage's backward pass: the gradients of its kernel and bias, given
+/// its input `images`, its output `hidden` and d loss / d hidden
+/// (`hidden_gradient`, as loss_and_gradients' input_gradient gives it).
+/// The same numbers as loss_and_gradients computes for the unsplit model.
+std::vector<lockstep::tensor> hidden_layer_gradients(const lockstep::tensor& images,
+                                                     const lockstep::tensor& hidden,
+                                                     const lockstep::tensor& hidden_gradient);
 
 /// How many of `images` the model classifies as their `labels`, in batches
 /// of `batch` examples.

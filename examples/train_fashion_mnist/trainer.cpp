@@ -51,6 +51,9 @@ void check_config(const training_config& config, const training_data& data) {
                       + std::to_string(config.lr_decay));
   if (config.max_steps < 0)
     throw value_error("training: max steps must not be negative");
+  if (config.placement.static_batches && config.slow_input_delay.count() > 0)
+    throw value_error("training: a slow input delay is not supported with static batches (the"
+                      " input pipeline gathers each example alone)");
   if (data.train_images.rank() != 2 || data.train_images.shape()[0] == 0)
     throw value_error("training: no training examples");
   if (config.global_batch > data.train_images.shape()[0])
@@ -125,8 +128,14 @@ training_state create_state(const strategy& strategy, const training_config& con
   std::vector<variable> model;
   const auto names = parameter_names(config.model);
   const auto initial = initial_parameters(config.model, config.seed);
-  for (std::size_t i = 0; i < names.size(); ++i)
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!config.placement.logical_core) {
+      model.emplace_back(initial[i], variable_options{.name = names[i]});
+      continue;
+    }
+    auto core = strategy.extended().experimental_logical_device(config.placement.logical_core(i));
     model.emplace_back(initial[i], variable_options{.name = names[i]});
+  }
   auto opt = std::make_unique<optimizer>(config.optimizer, model);
   variable epoch{tensor::scalar(std::int64_t{0}), {.name = "epoch"}};
   variable global_batch{tensor::scalar(config.global_batch), {.name = "global_batch"}};
@@ -152,8 +161,10 @@ step_stats replica_step(replica_context& ctx, const training_config& config,
   if (config.slow_replica >= 0
       && ctx.replica_id_in_sync_group() == static_cast<std::size_t>(config.slow_replica))
     std::this_thread::sleep_for(config.slow_replica_delay);
-  auto result = loss_and_gradients(config.model, read_parameters(state), images, labels,
-                                   config.global_batch);
+  auto result = config.placement.gradients
+                  ? config.placement.gradients(ctx, read_parameters(state), images, labels)
+                  : loss_and_gradients(config.model, read_parameters(state), images, labels,
+                                       config.global_batch);
   auto summed = ctx.all_reduce(reduce_op::sum, std::move(result.gradients));
   ctx.merge_call(
       [&](strategy& s, const per_replica<std::vector<tensor>>& gradients) {
@@ -188,6 +199,20 @@ tensor gather_rows(const tensor& x, const tensor& indices) {
     std::memcpy(to, from + static_cast<std::size_t>(i) * row_bytes, row_bytes);
     to += row_bytes;
   }
+  return out;
+}
+
+/// Row `i` of `x` (rows along dimension 0), without that dimension.
+tensor row_of(const tensor& x, std::int64_t i) {
+  auto shape = x.shape();
+  const auto rows = shape[0];
+  if (i < 0 || i >= rows)
+    throw value_error("row_of: row " + std::to_string(i) + " of " + std::to_string(rows));
+  shape.erase(shape.begin());
+  const auto row_bytes = x.byte_size() / static_cast<std::size_t>(rows);
+  auto out = tensor::uninitialized(x.dtype(), shape);
+  std::memcpy(out.raw_data(), static_cast<const std::byte*>(x.raw_data())
+                                  + static_cast<std::size_t>(i) * row_bytes, row_bytes);
   return out;
 }
 
@@ -370,6 +395,8 @@ value_error diverged(double loss, int epoch, std::int64_t step, std::int64_t ste
 /// worker with `config.replicas` CPU devices, all workers with the same
 /// settings), else a mirrored one.
 lockstep::strategy make_strategy(const training_config& config, const training_data& data) {
+  if (config.placement.make_strategy)
+    return config.placement.make_strategy(config);
   const cluster_resolver resolver;
   if (resolver.spec().world_size > 1 && !resolver.spec().is_evaluator())
     return multi_worker_mirrored_strategy{
@@ -404,7 +431,9 @@ training_result train(const training_config& config, const training_data& data,
 
   training_result result;
   const auto examples = data.train_images.shape()[0];
-  const auto steps_per_epoch = (examples + config.global_batch - 1) / config.global_batch;
+  const auto steps_per_epoch = config.placement.static_batches
+                                   ? examples / config.global_batch
+                                   : (examples + config.global_batch - 1) / config.global_batch;
   std::optional<checkpoint_manager> checkpoints;
   if (!config.checkpoint_dir.empty())
     checkpoints.emplace(config.checkpoint_dir, 3, strategy);
@@ -428,15 +457,24 @@ training_result train(const training_config& config, const training_data& data,
   // Every replica sees its consecutive share of each global batch; the
   // order of epoch e is a pure function of (seed, e). The shuffle permutes
   // example numbers, and each batch gathers its rows in one copy.
-  auto train_set = dataset<std::int64_t>::range(examples)
-                       .shuffle(examples, config.seed)
-                       .batch(config.global_batch)
-                       .map([&data, delay = config.slow_input_delay](const tensor& rows) {
-                         if (delay.count() > 0)
-                           std::this_thread::sleep_for(delay);
-                         return nest<tensor>{gather_rows(data.train_images, rows),
-                                             gather_rows(data.train_labels, rows)};
-                       });
+  const auto shuffled = dataset<std::int64_t>::range(examples).shuffle(examples, config.seed);
+  // With static batches each example is gathered alone and the batches
+  // stacked after (batch(n, true) gives the static batch size; a map after
+  // it would lose it): the same batches, the last partial one left out.
+  auto train_set
+      = config.placement.static_batches
+          ? shuffled
+                .map([&data](std::int64_t i) {
+                  return nest<tensor>{row_of(data.train_images, i), row_of(data.train_labels, i)};
+                })
+                .batch(config.global_batch, true)
+          : shuffled.batch(config.global_batch)
+                .map([&data, delay = config.slow_input_delay](const tensor& rows) {
+                  if (delay.count() > 0)
+                    std::this_thread::sleep_for(delay);
+                  return nest<tensor>{gather_rows(data.train_images, rows),
+                                      gather_rows(data.train_labels, rows)};
+                });
   // A call of K steps takes them back to back: prefetch K ahead.
   auto distributed = strategy.experimental_distribute_dataset(
       train_set, {.prefetch_depth = static_cast<std::size_t>(std::max<std::int64_t>(

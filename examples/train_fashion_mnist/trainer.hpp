@@ -17,6 +17,7 @@
 #include "mlp.hpp"
 #include "optimizer.hpp"
 
+#include "lockstep/strategy.hpp"
 #include "lockstep/tensor.hpp"
 
 #include <atomic>
@@ -36,6 +37,34 @@ struct training_data {
   lockstep::tensor train_labels; // int64 [n]
   lockstep::tensor test_images;
   lockstep::tensor test_labels;
+};
+
+struct training_config;
+
+/// Where a replica's model lives and how its gradients are computed, for a
+/// model split over several logical cores of a replica
+/// (examples/pod_fashion_mnist). Members left empty keep the main job's way.
+struct model_placement {
+  /// The strategy to train under; empty: a mirrored strategy over
+  /// `replicas` CPU devices (multi-worker when a launcher set up a cluster).
+  std::function<lockstep::strategy(const training_config&)> make_strategy;
+  /// The logical core of parameter i (parameter_names' order): it is
+  /// created under extended().experimental_logical_device(core), its
+  /// optimizer slots with it. Empty: the replica's own device.
+  std::function<std::size_t(std::size_t parameter)> logical_core;
+  /// One replica's loss and gradients of its share of the global batch
+  /// (gradients on the replica's current device); empty:
+  /// loss_and_gradients on the replica's thread.
+  std::function<batch_gradients(lockstep::replica_context&,
+                                const std::vector<lockstep::tensor>& parameters,
+                                const lockstep::tensor& images, const lockstep::tensor& labels)>
+      gradients;
+  /// Batches the training set with drop_remainder, so the iterator has a
+  /// static batch size (the pod strategy's host loops require one): an
+  /// epoch is then the training set's full global batches, the last
+  /// partial one of each shuffled epoch left out. Not with
+  /// slow_input_delay (value_error).
+  bool static_batches = false;
 };
 
 struct training_config {
@@ -68,6 +97,8 @@ struct training_config {
   int slow_replica = -1;
   std::chrono::milliseconds slow_replica_delay{0};
   std::chrono::milliseconds slow_input_delay{0};
+  /// The main job's own placement unless set (model_placement).
+  model_placement placement;
 };
 
 /// One epoch's figures. Loss and accuracy cover every step of the epoch,
