@@ -13,7 +13,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
+#include <sys/wait.h>
 #include <vector>
 
 using namespace lockstep;
@@ -102,4 +106,35 @@ TEST_CASE("the split model's layers live on their logical cores") {
     CHECK(model[i].devices() == core1);
   CHECK(pod.extended().steps_per_run() == 3);
   CHECK(pod.num_replicas_in_sync() == 2);
+}
+
+namespace {
+
+/// The program's exit status and what it printed (stdout and stderr), run
+/// with `args` (POD_FASHION_MNIST names it; meson test sets it).
+std::pair<int, std::string> run_program(const std::string& args) {
+  const char* path = std::getenv("POD_FASHION_MNIST");
+  REQUIRE_MESSAGE(path != nullptr, "set POD_FASHION_MNIST to the built pod_fashion_mnist");
+  auto* pipe = ::popen(("'" + std::string{path} + "' " + args + " 2>&1 </dev/null").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buffer[4096];
+  while (const auto n = std::fread(buffer, 1, sizeof buffer, pipe))
+    out.append(buffer, n);
+  const auto status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+} // namespace
+
+TEST_CASE("pod_fashion_mnist's usage is its own: its name, no --replicas, which it refuses") {
+  const auto [help_status, help] = run_program("--help");
+  CHECK(help_status == 0);
+  CHECK(help.rfind("usage: pod_fashion_mnist [options]\n", 0) == 0);
+  CHECK(help.find("--replicas") == std::string::npos);
+  CHECK(help.find("--steps-per-call K sets the pod's steps_per_run") != std::string::npos);
+  const auto [status, text] = run_program("--replicas 3");
+  CHECK(status == 2);
+  CHECK(text.find("pod_fashion_mnist: --replicas: the pod has 2 replicas") != std::string::npos);
+  CHECK(text.find("usage: pod_fashion_mnist") != std::string::npos);
 }

@@ -19,11 +19,25 @@
 
 #include <chrono>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 namespace {
 
 using fashion_mnist::printable;
+
+/// The main job's usage as this program's: its name, without --replicas
+/// (the pod has 2), and what --steps-per-call means here.
+std::string pod_usage() {
+  auto text = fashion_mnist::usage();
+  const std::string main_name = "train_fashion_mnist";
+  if (const auto at = text.find(main_name); at != std::string::npos)
+    text.replace(at, main_name.size(), "pod_fashion_mnist");
+  if (const auto at = text.find("  --replicas "); at != std::string::npos)
+    text.erase(at, text.find('\n', at) + 1 - at);
+  return text + "On a pod of cpu_devices(4): 2 replicas x 2 logical cores; --steps-per-call K"
+                " sets the pod's steps_per_run.\n";
+}
 
 int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
@@ -32,7 +46,7 @@ int run(int argc, char** argv) {
           "--replicas: the pod has 2 replicas of 2 logical cores (cpu_devices(4))");
   const auto cl = fashion_mnist::parse_command_line(argc, argv);
   if (cl.help) {
-    std::cout << fashion_mnist::usage();
+    std::cout << pod_usage();
     return 0;
   }
   const auto config = fashion_mnist::with_pod_placement(cl.config);
@@ -78,8 +92,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const fashion_mnist::usage_error& e) {
-    std::cerr << "pod_fashion_mnist: " << printable(e.what(), false) << "\n"
-              << fashion_mnist::usage();
+    std::cerr << "pod_fashion_mnist: " << printable(e.what(), false) << "\n" << pod_usage();
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "pod_fashion_mnist: " << printable(e.what(), false) << "\n";
