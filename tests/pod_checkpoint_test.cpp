@@ -2,7 +2,8 @@
 // other than 0 (TF's TPUMirroredVariable under a logical_device scope): a
 // pod of 2 replicas x 2 logical cores on 4 virtual CPU devices saves each
 // variable's primary copy and restores it to every copy, each on its own
-// core; a checkpoint moves between the pod and mirrored_strategy over 2
+// core (a SUM sync-on-read variable its sum, divided among the copies on
+// restore); a checkpoint moves between the pod and mirrored_strategy over 2
 // devices in both directions (restore matches variables by name, whatever
 // the strategy); and training resumed from a checkpoint equals training
 // that never stopped, bit for bit. Suite 'replicas'.
@@ -306,4 +307,37 @@ TEST_CASE("training resumed from a pod checkpoint equals training that never sto
   CHECK(resumed[3][0] == tensor::scalar<std::int64_t>(7));
   CHECK(m.w1.devices() == canonical_cpus({0, 2}));
   CHECK(m.w2.devices() == canonical_cpus({1, 3}));
+}
+
+TEST_CASE("a SUM sync-on-read variable under logical core 1 saves its sum and restores it "
+          "divided among the copies on that core") {
+  temporary_directory dir{directory_prefix};
+  const auto path = dir.path() / "pod.safetensors";
+  const variable_options options{.name = "total",
+                                 .synchronization = variable_synchronization::on_read,
+                                 .aggregation = variable_aggregation::sum};
+  const auto make_total = [&](const pod_strategy& pod) {
+    auto scope = pod.scope();
+    auto core = pod.extended().experimental_logical_device(1);
+    return variable{tensor::zeros(dtype::f32, {2}), options};
+  };
+  {
+    auto pod = two_by_two();
+    const auto total = make_total(pod);
+    CHECK(total.devices() == canonical_cpus({1, 3}));
+    // Replica r's copy holds [r + 1, 10 (r + 1)]: the sum is [3, 30].
+    pod.run([&](replica_context& ctx) {
+      const auto x = static_cast<float>(ctx.replica_id_in_sync_group() + 1);
+      total.assign(tensor::from<float>({x, 10 * x}));
+    });
+    auto scope = pod.scope();
+    save(path, {total}, 1);
+    CHECK(saved(path, "total") == tensor::from<float>({3, 30}));
+  }
+  auto pod = two_by_two();
+  const auto total = make_total(pod);
+  auto scope = pod.scope();
+  restore(path, {total});
+  check_copies(total, tensor::from<float>({1.5f, 15}), canonical_cpus({1, 3}));
+  CHECK(total.value() == tensor::from<float>({3, 30}));
 }
