@@ -10,6 +10,8 @@
 
 #include "lockstep/lockstep.hpp"
 
+#include "pod_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include "file_support.hpp"
@@ -32,28 +34,9 @@ constexpr std::string_view directory_prefix = "lockstep_pod_checkpoint_test";
 constexpr std::int64_t width = 4;
 constexpr float learning_rate = 0.05f;
 
-/// 4 virtual CPU devices (mesh [2, 1, 1, 2]) as 2 replicas of 2 logical
-/// cores: replica 0 on devices 0 and 1, replica 1 on devices 2 and 3.
-pod_strategy two_by_two() {
-  const auto topology = pod_topology::from_devices(cpu_devices(4));
-  return pod_strategy{topology, device_assignment::build(topology, {1, 1, 1, 2}, {}, 2)};
-}
-
 /// mirrored_strategy on the devices of the pod's core 0.
 mirrored_strategy mirrored_pair() {
   return mirrored_strategy{{cpu_device(0).canonical(), cpu_device(2).canonical()}};
-}
-
-std::vector<device_spec> canonical_cpus(const std::vector<int>& indices) {
-  std::vector<device_spec> out;
-  for (int i : indices)
-    out.push_back(cpu_device(i).canonical());
-  return out;
-}
-
-std::vector<float> floats(const tensor& t) {
-  const auto d = t.data<float>();
-  return {d.begin(), d.end()};
 }
 
 /// A two-stage model: `w1` under logical core 0; `w2`, its accumulated

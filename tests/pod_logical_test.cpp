@@ -9,6 +9,8 @@
 
 #include "test_support.hpp"
 
+#include "pod_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -22,27 +24,6 @@ using namespace lockstep;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// 4 virtual CPU devices (mesh [2, 1, 1, 2]) as 2 replicas of 2 logical
-/// cores: TF's ring puts replica 0 on chip (0, 0), devices 0 and 1, and
-/// replica 1 on chip (1, 0), devices 2 and 3.
-pod_strategy two_by_two(pod_options options = {}) {
-  const auto topology = pod_topology::from_devices(cpu_devices(4));
-  return pod_strategy{topology, device_assignment::build(topology, {1, 1, 1, 2}, {1, 1, 1, 1}, 2),
-                      options};
-}
-
-std::vector<device_spec> canonical_cpus(const std::vector<int>& indices) {
-  std::vector<device_spec> out;
-  for (int i : indices)
-    out.push_back(cpu_device(i).canonical());
-  return out;
-}
-
-std::vector<float> floats(const tensor& t) {
-  const auto d = t.data<float>();
-  return {d.begin(), d.end()};
-}
 
 /// Rows of 2 features and a target, deterministic: 20 steps of 8 rows.
 dataset<tensor> mlp_rows() {

@@ -9,6 +9,8 @@
 
 #include "test_support.hpp"
 
+#include "pod_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -51,11 +53,6 @@ float expected(reduce_op op) {
 }
 
 const std::vector<reduce_op> refused_ops{reduce_op::min, reduce_op::max, reduce_op::prod};
-
-std::vector<float> floats(const tensor& t) {
-  const auto d = t.data<float>();
-  return {d.begin(), d.end()};
-}
 
 /// Rows of 3 features and a target, deterministic: `rows` rows.
 dataset<tensor> regression_rows(std::int64_t rows) {

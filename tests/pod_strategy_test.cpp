@@ -7,6 +7,8 @@
 
 #include "test_support.hpp"
 
+#include "pod_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -19,13 +21,6 @@ namespace {
 
 pod_topology four_devices() {
   return pod_topology::from_devices(cpu_devices(4));
-}
-
-std::vector<device_spec> canonical_cpus(const std::vector<int>& indices) {
-  std::vector<device_spec> out;
-  for (int i : indices)
-    out.push_back(cpu_device(i).canonical());
-  return out;
 }
 
 /// Rows of 3 features and a target y = 1.5 x0 - 2 x1 + 0.5 x2 + noise,
@@ -61,11 +56,6 @@ gradient mse_gradient(const std::vector<float>& w, const tensor& rows) {
       g.dw[k] += 2.0f * error * row[k] / static_cast<float>(n);
   }
   return g;
-}
-
-std::vector<float> floats(const tensor& t) {
-  const auto d = t.data<float>();
-  return {d.begin(), d.end()};
 }
 
 /// What a training run leaves: every copy of the weights, the loss of each

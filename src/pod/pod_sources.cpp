@@ -12,6 +12,8 @@
 
 #include "lockstep/pod_topology.hpp"
 
+#include "cluster_resolver/task_names.hpp"
+
 #include "lockstep/error.hpp"
 #include "lockstep/gpu.hpp"
 
@@ -68,25 +70,6 @@ std::vector<device_spec> checked_local(const std::vector<device_spec>& devices,
   return result;
 }
 
-/// The host name (job and task) of each rank of `cluster`, as the
-/// multi-worker strategy names its own: TF_CONFIG's chief is
-/// /job:chief/task:0 (rank 0) and its worker i /job:worker/task:i (rank
-/// i + 1); every other source numbers /job:worker/task:<rank>. A worker
-/// from TF_CONFIG knows there is a chief when its rank is its index + 1.
-std::vector<std::pair<std::string, std::size_t>> host_names(const cluster_spec& cluster) {
-  const bool has_chief = cluster.task_type == "chief"
-                         || (cluster.task_type == "worker"
-                             && cluster.rank == cluster.task_index + 1);
-  std::vector<std::pair<std::string, std::size_t>> names;
-  for (std::size_t rank = 0; rank < cluster.world_size; ++rank) {
-    if (has_chief)
-      names.emplace_back(rank == 0 ? "chief" : "worker", rank == 0 ? 0 : rank - 1);
-    else
-      names.emplace_back("worker", rank);
-  }
-  return names;
-}
-
 } // namespace
 
 pod_topology pod_topology::from_devices(const std::vector<device_spec>& devices) {
@@ -110,12 +93,12 @@ pod_topology pod_topology::from_cluster(const cluster_spec& cluster,
                       + " devices are more than a pod's mesh may hold (max_pod_mesh_size, "
                       + std::to_string(max_pod_mesh_size) + ")");
   const auto host = host_mesh_of(per_host);
-  const auto hosts = host_names(cluster);
-  coordinate_table coordinates(hosts.size());
-  std::vector<std::vector<device_spec>> names(hosts.size());
-  for (std::size_t task = 0; task < hosts.size(); ++task) {
-    const auto prefix = "/job:" + hosts[task].first + "/replica:0/task:"
-                        + std::to_string(hosts[task].second) + "/device:";
+  coordinate_table coordinates(cluster.world_size);
+  std::vector<std::vector<device_spec>> names(cluster.world_size);
+  for (std::size_t task = 0; task < cluster.world_size; ++task) {
+    const auto name = detail::task_name_of(cluster, task);
+    const auto prefix = "/job:" + name.job + "/replica:0/task:" + std::to_string(name.task)
+                        + "/device:";
     for (std::size_t d = 0; d < per_host; ++d) {
       coordinates[task].push_back(host.place(d, static_cast<int>(task)));
       names[task].push_back(device_spec::parse(prefix + local[d].device_type().value_or("CPU")
@@ -123,7 +106,7 @@ pod_topology pod_topology::from_cluster(const cluster_spec& cluster,
                                                + std::to_string(local[d].device_index().value_or(0))));
     }
   }
-  return pod_topology({host.x, host.y, static_cast<int>(hosts.size()), host.cores},
+  return pod_topology({host.x, host.y, static_cast<int>(cluster.world_size), host.cores},
                       std::move(coordinates), std::move(names));
 }
 

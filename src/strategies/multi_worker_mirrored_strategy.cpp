@@ -5,6 +5,7 @@
 #include "lockstep/multi_worker_mirrored_strategy.hpp"
 
 #include "cluster_resolver/cluster_token.hpp"
+#include "cluster_resolver/task_names.hpp"
 #include "cross_device_ops/cluster_all_reduce.hpp"
 #include "devices/local_task.hpp"
 #include "node/agreed_settings.hpp"
@@ -113,11 +114,10 @@ detail::bytes cluster_key(cluster_spec& spec) {
 /// devices stay /job:localhost) for an evaluator and for one process
 /// without a cluster, which run alone as TF's do.
 std::optional<detail::task_name> task_of(const cluster_spec& spec) {
-  if (spec.task_type == "chief" || spec.task_type == "worker")
-    return detail::task_name{spec.task_type, static_cast<int>(spec.task_index)};
-  if (spec.is_evaluator() || spec.world_size <= 1)
+  const bool from_tf_config = spec.task_type == "chief" || spec.task_type == "worker";
+  if (!from_tf_config && (spec.is_evaluator() || spec.world_size <= 1))
     return std::nullopt;
-  return detail::task_name{"worker", static_cast<int>(spec.rank)};
+  return detail::task_name_of(spec, spec.rank);
 }
 
 /// The devices given (this process's: local names, or this worker's task
