@@ -1,8 +1,8 @@
 // device_assignment: TF's DeviceAssignment and its checks, the lookups of
 // a (replica, logical core) pair, and device_assignment::build: TF's
 // algorithm on cases worked out by hand in the comments (the replica grid,
-// strides, replica counts that fit and that do not, the ring tiling, pods
-// with missing devices) and every error. The ring orders (mesh_rings) are
+// strides, replica counts that fit and that do not, the ring tiling, each
+// device order mode, pods with missing devices) and every error. The ring orders (mesh_rings) are
 // checked against TF's own figures. No actor system. Suite 'unit'.
 
 #include "lockstep/device_assignment.hpp"
@@ -50,10 +50,16 @@ std::string refusal(const pod_topology& topology, const coordinate_table& core_a
 }
 
 std::string build_refusal(const pod_topology& topology, const mesh_coordinates& shape,
-                          const mesh_coordinates& stride, std::size_t num_replicas) {
+                          const mesh_coordinates& stride, std::size_t num_replicas,
+                          device_order_mode order = device_order_mode::automatic) {
   return error_of<value_error>(
-    [&] { device_assignment::build(topology, shape, stride, num_replicas); });
+    [&] { device_assignment::build(topology, shape, stride, num_replicas, order); });
 }
+
+/// TF's error for device_order_mode RING where the rings do not apply.
+const std::string ring_refused =
+  "device_order_mode=device_order_mode::ring is not compatible with the 3D tiling current "
+  "topology.  Try setting device_order_mode=device_order_mode::automatic";
 
 } // namespace
 
@@ -443,6 +449,168 @@ TEST_CASE("build with missing devices across tasks") {
   const auto singles = device_assignment::build(sparse, {}, {}, 4);
   CHECK(singles.coordinates(2, 0) == mesh_coordinates{1, 0, 0, 0});
   CHECK(singles.lookup_replicas(1, 0) == std::vector<std::size_t>{2, 3});
+}
+
+// -- build: the device order mode ---------------------------------------------------------
+
+TEST_CASE("device_order_mode has TF's values: AUTO 0, RING 1, MESH 2") {
+  CHECK(static_cast<int>(device_order_mode::automatic) == 0);
+  CHECK(static_cast<int>(device_order_mode::ring) == 1);
+  CHECK(static_cast<int>(device_order_mode::mesh) == 2);
+}
+
+TEST_CASE("build: each device order mode on the v3-8, chips of two cores") {
+  // Shape [1, 1, 1, 2], 4 replicas, the most: the rings apply. automatic
+  // and ring take them (chips (0,0), (1,0), (1,1), (0,1)). mesh takes the
+  // grid: replica_counts [2, 2, 1, 1]; axes by (count, key): core (1, 0),
+  // z (1, 3), x (2, 1), y (2, 2). core -> 1, z -> 1, x: ceil(4^(1/2)) = 2,
+  // 2 left; y: 2. Grid [2, 2, 1, 1], x fastest: replica r at chip
+  // (r % 2, r / 2), chip (x, y) holding devices 2(2y + x) and 2(2y + x) + 1.
+  const auto topology = v3_8();
+  const std::vector<std::vector<std::size_t>> rings{{0, 1}, {2, 3}, {6, 7}, {4, 5}};
+  const auto automatic =
+    device_assignment::build(topology, {1, 1, 1, 2}, {}, 4, device_order_mode::automatic);
+  CHECK(ordinals(automatic) == rings);
+  CHECK(automatic == device_assignment::build(topology, {1, 1, 1, 2}, {}, 4));
+  const auto ring = device_assignment::build(topology, {1, 1, 1, 2}, {}, 4, device_order_mode::ring);
+  CHECK(ordinals(ring) == rings);
+  const auto mesh = device_assignment::build(topology, {1, 1, 1, 2}, {}, 4, device_order_mode::mesh);
+  CHECK(mesh.core_assignment()
+        == coordinate_table{{{0, 0, 0, 0}, {0, 0, 0, 1}},
+                            {{1, 0, 0, 0}, {1, 0, 0, 1}},
+                            {{0, 1, 0, 0}, {0, 1, 0, 1}},
+                            {{1, 1, 0, 0}, {1, 1, 0, 1}}});
+  CHECK(ordinals(mesh) == std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+}
+
+TEST_CASE("build: the mesh mode lays a replica's cores row-major, not along the inner ring") {
+  // Shape [2, 2, 1, 2], the whole v3-8, 1 replica. automatic and ring: the
+  // inner ring_3d(2, 2, 1) = (0,0), (1,0), (1,1), (0,1), devices 0 1 2 3 6
+  // 7 4 5. mesh: the shape row-major, the last axis fastest: (0,0,0,c),
+  // (0,1,0,c), (1,0,0,c), (1,1,0,c), devices 0 1 4 5 2 3 6 7.
+  const auto topology = v3_8();
+  const std::vector<std::vector<std::size_t>> inner_ring{{0, 1, 2, 3, 6, 7, 4, 5}};
+  CHECK(ordinals(device_assignment::build(topology, {2, 2, 1, 2}, {}, 1,
+                                          device_order_mode::automatic))
+        == inner_ring);
+  CHECK(ordinals(device_assignment::build(topology, {2, 2, 1, 2}, {}, 1, device_order_mode::ring))
+        == inner_ring);
+  const auto mesh = device_assignment::build(topology, {2, 2, 1, 2}, {}, 1, device_order_mode::mesh);
+  CHECK(mesh.core_assignment()
+        == coordinate_table{{{0, 0, 0, 0}, {0, 0, 0, 1}, {0, 1, 0, 0}, {0, 1, 0, 1},
+                             {1, 0, 0, 0}, {1, 0, 0, 1}, {1, 1, 0, 0}, {1, 1, 0, 1}}});
+  CHECK(ordinals(mesh) == std::vector<std::vector<std::size_t>>{{0, 1, 4, 5, 2, 3, 6, 7}});
+}
+
+TEST_CASE("build: each device order mode across the hosts of a cluster") {
+  // 2 hosts of 4 devices: [2, 1, 2, 2], x and the core within a host, z
+  // the host. Shape [1, 1, 1, 2], 4 replicas, the most: automatic and ring
+  // take the outer ring_3d(2, 1, 2) = (0,0,0), (1,0,0), (1,0,1), (0,0,1),
+  // which comes back to host 1's devices 2 and 3 before 0 and 1. mesh:
+  // replica_counts [2, 1, 2, 1]; axes by (count, key): core (1, 0),
+  // y (1, 2), x (2, 1), z (2, 3). core -> 1, y -> 1, x: ceil(4^(1/2)) = 2,
+  // 2 left; z: 2. Grid [2, 1, 2, 1], x fastest: replica r at x r % 2 on
+  // host r / 2, devices 2(r % 2) and 2(r % 2) + 1 there.
+  cluster_spec cluster;
+  cluster.world_size = 2;
+  const auto topology = pod_topology::from_cluster(cluster, cpu_devices(4));
+  const std::vector<std::vector<std::size_t>> rings{{0, 1}, {2, 3}, {2, 3}, {0, 1}};
+  for (const auto order : {device_order_mode::automatic, device_order_mode::ring}) {
+    CAPTURE(static_cast<int>(order));
+    const auto assignment = device_assignment::build(topology, {1, 1, 1, 2}, {}, 4, order);
+    CHECK(ordinals(assignment) == rings);
+    CHECK(assignment.device(3, 0).to_string() == worker(1, "CPU:0"));
+  }
+  const auto mesh = device_assignment::build(topology, {1, 1, 1, 2}, {}, 4, device_order_mode::mesh);
+  CHECK(mesh.core_assignment()
+        == coordinate_table{{{0, 0, 0, 0}, {0, 0, 0, 1}},
+                            {{1, 0, 0, 0}, {1, 0, 0, 1}},
+                            {{0, 0, 1, 0}, {0, 0, 1, 1}},
+                            {{1, 0, 1, 0}, {1, 0, 1, 1}}});
+  CHECK(ordinals(mesh) == std::vector<std::vector<std::size_t>>{{0, 1}, {2, 3}, {0, 1}, {2, 3}});
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::size_t c = 0; c < 2; ++c) {
+      CAPTURE(r);
+      CAPTURE(c);
+      CHECK(mesh.device(r, c).to_string()
+            == worker(static_cast<int>(r / 2), "CPU:" + std::to_string(2 * (r % 2) + c)));
+    }
+  CHECK(mesh.lookup_replicas(1, 1) == std::vector<std::size_t>{2, 3});
+}
+
+TEST_CASE("build: each device order mode on chips of one core") {
+  // [2, 2, 1, 1], devices (0,0), (1,0), (0,1), (1,1); 4 one-core replicas
+  // fill it. automatic and ring: the ring (0,0), (1,0), (1,1), (0,1);
+  // mesh: the grid [2, 2, 1, 1], x fastest, devices in order.
+  const pod_topology square({2, 2, 1, 1}, {{{0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1, 0, 0}}});
+  const std::vector<std::vector<std::size_t>> ring{{0}, {1}, {3}, {2}};
+  CHECK(ordinals(device_assignment::build(square, {}, {}, 4, device_order_mode::automatic)) == ring);
+  CHECK(ordinals(device_assignment::build(square, {}, {}, 4, device_order_mode::ring)) == ring);
+  CHECK(ordinals(device_assignment::build(square, {}, {}, 4, device_order_mode::mesh))
+        == std::vector<std::vector<std::size_t>>{{0}, {1}, {2}, {3}});
+}
+
+TEST_CASE("build: where the rings do not apply, automatic and mesh take the grid") {
+  // 3 replicas of [1, 1, 1, 2] on the v3-8 do not fill it: the grid
+  // [2, 2, 1, 1] (see "three replicas of a chip's two cores"), replica 2
+  // on chip (0, 1), whichever of the two modes.
+  const auto topology = v3_8();
+  const std::vector<std::vector<std::size_t>> grid{{0, 1}, {2, 3}, {4, 5}};
+  CHECK(ordinals(device_assignment::build(topology, {1, 1, 1, 2}, {}, 3,
+                                          device_order_mode::automatic))
+        == grid);
+  CHECK(ordinals(device_assignment::build(topology, {1, 1, 1, 2}, {}, 3, device_order_mode::mesh))
+        == grid);
+  // 8 one-core replicas: computation_shape[3] = 1, not 2; the grid, device r.
+  const std::vector<std::vector<std::size_t>> singles{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+  CHECK(ordinals(device_assignment::build(topology, {}, {}, 8, device_order_mode::mesh)) == singles);
+  CHECK(ordinals(device_assignment::build(topology, {}, {}, 8, device_order_mode::automatic))
+        == singles);
+}
+
+TEST_CASE("build: TF's error for the ring mode where the rings do not apply") {
+  const auto topology = v3_8();
+  // The replicas do not fill the mesh: 3 of 4, or none.
+  CHECK(build_refusal(topology, {1, 1, 1, 2}, {}, 3, device_order_mode::ring) == ring_refused);
+  CHECK(build_refusal(topology, {1, 1, 1, 2}, {}, 0, device_order_mode::ring) == ring_refused);
+  // The computation does not span a chip's cores: computation_shape[3] = 1.
+  CHECK(build_refusal(topology, {}, {}, 8, device_order_mode::ring) == ring_refused);
+  // A stride: the line [4, 1, 1, 1], shape [2, 1, 1, 1], stride
+  // [2, 1, 1, 1], 2 replicas, the most; the chips are of one core.
+  const pod_topology line({4, 1, 1, 1},
+                          {{{0, 0, 0, 0}, {1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}}});
+  CHECK(build_refusal(line, {2, 1, 1, 1}, {2, 1, 1, 1}, 2, device_order_mode::ring)
+        == ring_refused);
+  CHECK(device_assignment::build(line, {2, 1, 1, 1}, {2, 1, 1, 1}, 2, device_order_mode::mesh)
+        == device_assignment::build(line, {2, 1, 1, 1}, {2, 1, 1, 1}, 2));
+  // A mesh of rank 2: [2, 2], 4 replicas of one device, the most.
+  const pod_topology flat({2, 2}, {{{0, 0}, {0, 1}, {1, 0}, {1, 1}}});
+  CHECK(build_refusal(flat, {}, {}, 4, device_order_mode::ring) == ring_refused);
+  CHECK(ordinals(device_assignment::build(flat, {}, {}, 4, device_order_mode::mesh))
+        == std::vector<std::vector<std::size_t>>{{0}, {1}, {2}, {3}});
+  // The mesh's limits come first, as in TF.
+  CHECK(build_refusal(topology, {1, 1, 1, 2}, {}, 5, device_order_mode::ring)
+        == "requested 5 replicas but only 4 replicas with shape [1, 1, 1, 2] and "
+           "computation_stride [1, 1, 1, 1] fit in a pod mesh of shape [2, 2, 1, 2]");
+}
+
+TEST_CASE("build: with missing devices the device order mode plays no part") {
+  // As in TF, the task order: replica r takes device r in every mode, and
+  // the ring mode is no error though the rings do not apply.
+  const pod_topology holed({2, 2, 1, 1}, {{{0, 1, 0, 0}, {1, 0, 0, 0}, {0, 0, 0, 0}}});
+  const coordinate_table task_order{{{0, 1, 0, 0}}, {{1, 0, 0, 0}}, {{0, 0, 0, 0}}};
+  for (const auto order :
+       {device_order_mode::automatic, device_order_mode::ring, device_order_mode::mesh}) {
+    CAPTURE(static_cast<int>(order));
+    CHECK(device_assignment::build(holed, {}, {}, 3, order).core_assignment() == task_order);
+  }
+}
+
+TEST_CASE("build: a device order mode that is none of TF's three") {
+  // TF would take it as MESH; here it is an error that names it.
+  CHECK(build_refusal(v3_8(), {}, {}, 1, static_cast<device_order_mode>(3))
+        == "device_order_mode must be device_order_mode::automatic (0), device_order_mode::ring "
+           "(1) or device_order_mode::mesh (2); got 3");
 }
 
 // -- the ring orders --------------------------------------------------------------------

@@ -16,6 +16,21 @@
 
 namespace lockstep {
 
+/// TF's tf.tpu.experimental.DeviceOrderMode: whether device_assignment::build
+/// lays the replicas, and the logical cores of each, along TF's rings or
+/// on the plain grid (docs/pod.md). TF's AUTO, RING and MESH, with their
+/// values; `automatic` stands for AUTO, since `auto` is a C++ keyword.
+enum class device_order_mode {
+  /// TF's AUTO (0): the rings where TF's rule allows them (a rank-4 mesh,
+  /// computation_shape[3] == mesh_shape[3], no stride, the replicas fill
+  /// the mesh), the grid otherwise.
+  automatic = 0,
+  /// TF's RING (1): the rings; an error where TF's rule does not allow them.
+  ring = 1,
+  /// TF's MESH (2): the grid, even where the rings would apply.
+  mesh = 2,
+};
+
 /// TF's SINGLE_CORE_ASSIGNMENT: one replica of one logical core, at the
 /// origin of a mesh of rank `mesh_rank` ([[[0, 0, 0, 0]]] for rank 4).
 coordinate_table single_core_assignment(std::size_t mesh_rank = 4);
@@ -49,18 +64,27 @@ public:
   /// mesh_shape[-1]) without stride and the replicas fill the mesh, they
   /// follow TF's ring instead; on a pod with missing devices, replica r's
   /// logical cores are the devices r·k .. r·k + k - 1 in task order (k =
-  /// ∏ computation_shape). Throws value_error with TF's texts, "pod" for
-  /// "TPU": "computation_shape must have shape [4]; got [3]",
+  /// ∏ computation_shape). `order` (TF's device_order_mode) picks between
+  /// the rings and the grid: `automatic` as above, `mesh` always the grid,
+  /// `ring` always the rings, where they apply; a pod with missing devices
+  /// takes the task order whatever `order` says, as in TF. Throws
+  /// value_error with TF's texts, "pod" for "TPU":
+  /// "computation_shape must have shape [4]; got [3]",
   /// "computation_stride must be positive; got computation_stride=[0, 1, 1, 1]",
   /// "computation footprint [4, 1, 1, 1] does not fit in pod topology shape
   /// [2, 2, 1, 2]", "requested 5 replicas but only 4 replicas with shape
   /// [1, 1, 1, 2] and computation_stride [1, 1, 1, 1] fit in a pod mesh of
-  /// shape [2, 2, 1, 2]"; with missing devices, for a stride other than
-  /// ones, or more cores than the pod has devices (TF's assertions).
+  /// shape [2, 2, 1, 2]"; "device_order_mode=device_order_mode::ring is
+  /// not compatible with the 3D tiling current topology.  Try setting
+  /// device_order_mode=device_order_mode::automatic" where the rings do
+  /// not apply; with missing devices, for a stride other than ones, or
+  /// more cores than the pod has devices (TF's assertions); for an `order`
+  /// that is none of the three (which TF would take as MESH).
   static device_assignment build(const pod_topology& topology,
                                  mesh_coordinates computation_shape = {},
                                  mesh_coordinates computation_stride = {},
-                                 std::size_t num_replicas = 1);
+                                 std::size_t num_replicas = 1,
+                                 device_order_mode order = device_order_mode::automatic);
 
   // -- properties ---------------------------------------------------------------
 

@@ -16,7 +16,10 @@
 //     cores walk the ring of the computation's chips, each chip's cores in
 //     turn. (Earlier TF asked for computation_shape[3] == 2 and stepped
 //     the inner ring every 2 cores: the same on meshes of two cores per
-//     chip, and out of range on meshes of more.)
+//     chip, and out of range on meshes of more.) device_order_mode
+//     (TF's) overrides the rule: `mesh` never takes the rings, `ring`
+//     always does, and is an error where the rule does not hold;
+//     `automatic` follows the rule.
 //  4. Otherwise replica i's place in the grid counts the core axis
 //     fastest, then x, y, z; along each axis it starts at
 //     (place / stride) · footprint + place % stride, and its logical cores
@@ -25,6 +28,7 @@
 //  5. With missing devices TF ignores the grid: replica i's k logical cores
 //     are the pod's devices i·k .. i·k + k - 1 in task order (task by task,
 //     ordinal by ordinal), which needs a stride of ones and enough devices.
+//     The device order mode plays no part there, as in TF.
 
 #include "lockstep/device_assignment.hpp"
 
@@ -93,6 +97,31 @@ mesh_coordinates replica_grid(const mesh_coordinates& replica_counts, std::size_
   // remaining is now 1 (TF asserts it): each axis takes at most what the
   // axes after it, larger or equal, cannot hold, and the last takes all.
   return shape;
+}
+
+/// `order`, checked to be one of device_order_mode's three values (TF
+/// would take any other as MESH).
+device_order_mode checked_order(device_order_mode order) {
+  switch (order) {
+  case device_order_mode::automatic:
+  case device_order_mode::ring:
+  case device_order_mode::mesh:
+    return order;
+  }
+  throw value_error("device_order_mode must be device_order_mode::automatic (0), "
+                    "device_order_mode::ring (1) or device_order_mode::mesh (2); got "
+                    + std::to_string(static_cast<int>(order)));
+}
+
+/// Step 3's choice: whether the replicas take the rings. `rule` is TF's
+/// condition for them (its enable_3d_tiling); `automatic` follows it,
+/// `mesh` never takes them, `ring` needs the rule to hold.
+bool takes_rings(device_order_mode order, bool rule) {
+  if (order == device_order_mode::ring && !rule)
+    throw value_error("device_order_mode=device_order_mode::ring is not compatible with the "
+                      "3D tiling current topology.  Try setting "
+                      "device_order_mode=device_order_mode::automatic");
+  return order == device_order_mode::automatic ? rule : order == device_order_mode::ring;
 }
 
 /// Step 3: TF's ring tiling of a rank-4 mesh.
@@ -200,11 +229,13 @@ coordinate_table task_order(const pod_topology& topology, const mesh_coordinates
 device_assignment device_assignment::build(const pod_topology& topology,
                                            mesh_coordinates computation_shape,
                                            mesh_coordinates computation_stride,
-                                           std::size_t num_replicas) {
+                                           std::size_t num_replicas,
+                                           device_order_mode order) {
   const auto rank = topology.mesh_rank();
   const auto& mesh_shape = topology.mesh_shape();
   const auto shape = checked_vector(std::move(computation_shape), rank, "computation_shape");
   const auto stride = checked_vector(std::move(computation_stride), rank, "computation_stride");
+  order = checked_order(order);
 
   // Step 1: the footprint and the most replicas. A footprint may pass an
   // int (and then the mesh), so it is taken in 64 bits.
@@ -233,8 +264,8 @@ device_assignment device_assignment::build(const pod_topology& topology,
     return device_assignment(topology, task_order(topology, shape, stride, num_replicas), cores);
 
   const auto replica_shape = replica_grid(replica_counts, num_replicas);
-  const bool ring = rank == 4 && shape[3] == mesh_shape[3] && product(stride) == 1
-                    && num_replicas == max_replicas;
+  const bool ring = takes_rings(order, rank == 4 && shape[3] == mesh_shape[3]
+                                          && product(stride) == 1 && num_replicas == max_replicas);
   auto assignment = ring ? ring_tiling(shape, replica_shape, mesh_shape[3], num_replicas)
                          : grid_tiling(shape, stride, footprint, replica_shape, num_replicas);
   return device_assignment(topology, std::move(assignment), cores);

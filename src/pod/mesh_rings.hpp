@@ -2,8 +2,9 @@
 
 // TF's ring orders of the chips of an x by y by z block, which
 // device_assignment::build follows when replicas that span a chip's cores
-// fill the mesh (TF's 3D tiling): consecutive entries are neighbours in
-// the mesh, so the replicas, and the chips inside each, form rings.
+// fill the mesh (TF's 3D tiling), unless its device_order_mode is `mesh`:
+// consecutive entries are neighbours in the mesh, so the replicas, and the
+// chips inside each, form rings.
 
 #include <array>
 #include <vector>
