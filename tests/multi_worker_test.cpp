@@ -38,24 +38,11 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
                                    const std::vector<std::string>& others_environment = {},
                                    bool with_chief = false) {
   const auto base = free_ports(static_cast<int>(replicas.size()));
-  const auto address = [&](std::size_t i) {
-    return "\"127.0.0.1:" + std::to_string(base + static_cast<int>(i)) + "\"";
-  };
-  std::string workers;
-  for (std::size_t i = with_chief ? 1 : 0; i < replicas.size(); ++i)
-    workers += (workers.empty() ? "" : ",") + address(i);
-  const auto jobs = with_chief ? "\"chief\":[" + address(0) + "],\"worker\":[" + workers + "]"
-                               : "\"worker\":[" + workers + "]";
   std::vector<process> processes;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     std::vector<std::string> argv{test_program("MULTI_WORKER_PROGRAM")};
     argv.insert(argv.end(), args.begin(), args.end());
-    const bool chief = with_chief && i == 0;
-    const auto index = with_chief && !chief ? i - 1 : i;
-    const auto config = "TF_CONFIG={\"cluster\":{" + jobs + "},\"task\":{\"type\":\""
-                        + (chief ? "chief" : "worker") + "\",\"index\":"
-                        + std::to_string(index) + "}}";
-    std::vector<std::string> environment{config,
+    std::vector<std::string> environment{tf_config(base, replicas.size(), i, with_chief),
                                          "LOCKSTEP_CLUSTER_TOKEN=multi-worker-test-token-0123",
                                          "LOCKSTEP_JOB_ID=multi-worker-test",
                                          "LOCKSTEP_REPLICAS_PER_WORKER="

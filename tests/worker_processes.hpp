@@ -91,6 +91,26 @@ inline std::vector<std::string> environment_with(const std::vector<std::string>&
   return out;
 }
 
+/// TF_CONFIG for process `i` of `count` workers that listen on loopback
+/// at consecutive ports from `base`, as "TF_CONFIG=<json>". `with_chief`:
+/// process 0 is the chief and process i worker i - 1; else process i is
+/// worker i.
+inline std::string tf_config(int base, std::size_t count, std::size_t i,
+                             bool with_chief = false) {
+  const auto address = [&](std::size_t k) {
+    return "\"127.0.0.1:" + std::to_string(base + static_cast<int>(k)) + "\"";
+  };
+  std::string workers;
+  for (std::size_t k = with_chief ? 1 : 0; k < count; ++k)
+    workers += (workers.empty() ? "" : ",") + address(k);
+  const auto jobs = with_chief ? "\"chief\":[" + address(0) + "],\"worker\":[" + workers + "]"
+                               : "\"worker\":[" + workers + "]";
+  const bool chief = with_chief && i == 0;
+  const auto index = with_chief && !chief ? i - 1 : i;
+  return "TF_CONFIG={\"cluster\":{" + jobs + "},\"task\":{\"type\":\""
+         + (chief ? "chief" : "worker") + "\",\"index\":" + std::to_string(index) + "}}";
+}
+
 /// A started child: its pid, the file of its output, and once it ended,
 /// its wait status.
 struct process {

@@ -4,8 +4,8 @@
 // The strategy's state holds it (strategy_state::services) and the layers
 // below the strategies use it without knowing the cluster: variable
 // creation asks it for the chief's initial values, input and checkpoints
-// for the sum over the workers. The multi-worker strategy implements it
-// over its cluster node and ring (src/strategies/multi_worker_mirrored_strategy.cpp);
+// for the sum over the workers. A worker of a cluster implements it over
+// its node and ring (src/strategies/cluster_worker.cpp);
 // a strategy in one process has none (null), so its paths test for null
 // and stay as they were.
 

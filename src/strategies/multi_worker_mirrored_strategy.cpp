@@ -1,207 +1,30 @@
 // multi_worker_mirrored_strategy: the cluster from the resolver, this
-// worker's devices, the node (rendezvous, ring, heartbeats) and the
-// cross_device_ops that span the workers (cluster_all_reduce).
+// worker's devices, named after its task, and the worker's start
+// (strategies/cluster_worker.hpp: the node, the ring, cluster_all_reduce).
 
 #include "lockstep/multi_worker_mirrored_strategy.hpp"
 
-#include "cluster_resolver/cluster_token.hpp"
-#include "cluster_resolver/task_names.hpp"
-#include "cross_device_ops/cluster_all_reduce.hpp"
-#include "devices/local_task.hpp"
-#include "node/agreed_settings.hpp"
-#include "node/node.hpp"
 #include "node/join_cancellation.hpp"
-#include "runtime/fault_injection.hpp"
-#include "runtime/log.hpp"
-#include "runtime/timeline.hpp"
+#include "strategies/cluster_worker.hpp"
 #include "strategies/mirrored_devices.hpp"
-#include "strategies/public_state.hpp"
 
-#include "lockstep/error.hpp"
-#include "lockstep/mirrored_strategy.hpp"
-#include "lockstep/runtime_options.hpp"
-#include "lockstep/version.hpp"
-
-#include <openssl/sha.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <functional>
-#include <optional>
 #include <string>
 
 namespace lockstep {
 
 namespace {
 
-/// What a worker of the cluster gives its strategy, over the ring between
-/// the workers: the chief's initial values and the sum over the workers.
-/// Holding it keeps the node, so the cluster connections, open.
-class node_services final : public detail::worker_services {
-public:
-  node_services(std::shared_ptr<detail::node> node, std::size_t worker,
-                   std::chrono::milliseconds timeout)
-    : node_(std::move(node)), ring_(node_->ring()), worker_(worker), timeout_(timeout) {}
-
-  tensor initial_value_from_chief(const tensor& initial, const std::string& name) override {
-    auto value = initial.to(initial.device()); // a buffer of its own to receive into
-    detail::collective_options options;
-    options.timeout = timeout_;
-    options.tag = "initial value of variable '" + name + "'";
-    ring_->broadcast(worker_, 0, {&value, 1}, options);
-    return value;
-  }
-
-  detail::worker_sum sum_over_workers() const override {
-    return [ring = ring_, worker = worker_, timeout = timeout_](
-             std::span<std::int64_t> counts, std::exception_ptr failure, const std::string& tag) {
-      auto sums = tensor::from(std::vector<std::int64_t>(counts.begin(), counts.end()));
-      detail::collective_options options;
-      options.timeout = timeout;
-      options.tag = tag;
-      options.failure = std::move(failure);
-      ring->all_reduce(worker, reduce_op::sum, {&sums, 1}, {&sums, 1}, options);
-      std::copy_n(sums.data<std::int64_t>().data(), counts.size(), counts.begin());
-    };
-  }
-
-private:
-  std::shared_ptr<detail::node> node_;
-  std::remove_cvref_t<decltype(std::declval<detail::node&>().ring())> ring_;
-  std::size_t worker_;
-  std::chrono::milliseconds timeout_;
-};
-
-/// What must agree between workers: lockstep's version, the replicas per
-/// worker, then the program's settings. (The wire protocol is checked
-/// before: a worker of another one cannot be read.)
-std::vector<detail::agreed_setting> agreed_settings(std::size_t local_replicas,
-                                                    const multi_worker_options& options) {
-  std::vector<detail::agreed_setting> settings{
-    {"lockstep version", std::string(version)},
-    {"replicas per worker", std::to_string(local_replicas)}};
-  for (const auto& [name, value] : options.agreed_settings) {
-    if (name == settings[0].name || name == settings[1].name)
-      throw value_error("multi_worker_options::agreed_settings: \"" + name
-                        + "\" is lockstep's own setting; give yours another name");
-    settings.push_back({name, value});
-  }
-  detail::check_agreed_settings(settings);
-  return settings;
-}
-
-/// The token of the environment, or on one host without one, a key made
-/// from the job id: the listeners then stay on loopback, so other hosts
-/// cannot reach them (other users of this host can; give a token to keep
-/// them out too). require_token refuses a cluster across hosts without one.
-detail::bytes cluster_key(cluster_spec& spec) {
-  const auto token = detail::load_cluster_token(cluster_resolver::process_environment());
-  detail::require_token(spec, token);
-  if (token)
-    return *token;
-  LOCKSTEP_LOG_INFO("cluster: no token; one host, so listening on loopback only");
-  spec.listen.host = "127.0.0.1";
-  const auto text = "lockstep single-host key/" + spec.job_id;
-  detail::bytes key(SHA256_DIGEST_LENGTH);
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), key.data());
-  return key;
-}
-
-/// TF's name of this worker's task: TF_CONFIG's task type and index (the
-/// chief /job:chief/replica:0/task:0, worker i /job:worker/replica:0/task:i);
-/// from other launchers, /job:worker/replica:0/task:<rank>. Nothing (the
-/// devices stay /job:localhost) for an evaluator and for one process
-/// without a cluster, which run alone as TF's do.
-std::optional<detail::task_name> task_of(const cluster_spec& spec) {
-  const bool from_tf_config = spec.task_type == "chief" || spec.task_type == "worker";
-  if (!from_tf_config && (spec.is_evaluator() || spec.world_size <= 1))
-    return std::nullopt;
-  return detail::task_name_of(spec, spec.rank);
-}
-
-/// The devices given (this process's: local names, or this worker's task
-/// name), else LOCKSTEP_REPLICAS_PER_WORKER CPU devices (lockstep-run
-/// --replicas-per-worker sets it), else mirrored_strategy's default;
-/// canonical, so named after this worker's task once it is set.
-std::vector<device_spec> local_devices(const multi_worker_options& options) {
-  for (const auto& d : options.local_devices)
-    if (!d.is_local())
-      throw value_error("multi_worker_options: local_devices must be this worker's devices ("
-                        + cpu_device(0).to_string() + " and its like), not "
-                        + d.to_string());
-  if (!options.local_devices.empty())
-    return detail::mirrored_devices(options.local_devices);
-  const char* text = std::getenv("LOCKSTEP_REPLICAS_PER_WORKER");
-  if (text == nullptr || *text == '\0')
-    return detail::mirrored_devices({});
-  char* end = nullptr;
-  errno = 0;
-  const auto count = std::strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || count < 1
-      || static_cast<std::size_t>(count) > max_mirrored_replicas)
-    throw value_error("LOCKSTEP_REPLICAS_PER_WORKER must be a whole number from 1 to "
-                      + std::to_string(max_mirrored_replicas) + ", got '" + text + "'");
-  return detail::mirrored_devices(cpu_devices(static_cast<int>(count)));
-}
-
-std::shared_ptr<detail::strategy_state> start(const cluster_spec& given,
-                                              const multi_worker_options& options) {
-  auto devices = local_devices(options);
-  const auto timeout = detail::checked_timeout(
-    options.timeout.value_or(get_runtime_options().timeout), "multi_worker_mirrored_strategy");
-  auto spec = given;
-  const bool alone = spec.world_size <= 1 || spec.is_evaluator();
-  detail::topology topology{.workers = alone ? 1 : spec.world_size,
-                            .worker_index = alone ? 0 : spec.rank,
-                            .is_chief = spec.is_chief(),
-                            .local_devices = devices};
-  auto name = "multi_worker_mirrored_strategy(worker " + std::to_string(topology.worker_index)
-              + " of " + std::to_string(topology.workers) + ": "
-              + detail::joined_device_names(devices) + ")";
-  if (alone) {
-    auto state = detail::public_strategy_state::create(std::move(name), std::move(topology),
-                                                       true, choose_the_best(devices), timeout);
-    detail::start_replicas(*state);
-    return state;
-  }
-  auto settings_to_agree = agreed_settings(devices.size(), options);
-  const auto key = cluster_key(spec);
-  detail::set_fault_worker(spec.rank, spec.generation);
-  detail::node_settings settings{.local_replicas = static_cast<std::uint32_t>(devices.size()),
-                                 .settings = std::move(settings_to_agree),
-                                 .join_timeout = options.join_timeout,
-                                 .heartbeat_interval = options.heartbeat_interval,
-                                 .peer_timeout = options.peer_timeout};
-  auto node = std::make_shared<detail::node>(spec, key, settings);
-  const auto ring = node->ring();
-  const auto worker = spec.rank;
-  auto ops = std::make_shared<detail::cluster_all_reduce>(ring, worker, timeout,
-                                                          spec.local_world_size);
-  auto state = detail::public_strategy_state::create(std::move(name), std::move(topology), true,
-                                                     std::move(ops), timeout);
-  detail::timeline_set_clock(node->clock().offset_ns, node->clock().error_ns);
-  state->services = std::make_shared<node_services>(std::move(node), worker, timeout);
-  detail::start_replicas(*state);
-  return state;
-}
-
-/// Names this process's devices after its task (device_spec::canonical),
-/// as TF does once a cluster is configured, and starts; a start that fails
-/// gives the devices their former names back.
-std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& given,
+std::shared_ptr<detail::strategy_state> make_state(const cluster_spec& cluster,
                                                    const multi_worker_options& options) {
-  const auto task = task_of(given);
-  if (!task)
-    return start(given, options);
-  const auto former = detail::local_task();
-  detail::set_local_task(*task);
-  try {
-    return start(given, options);
-  } catch (...) {
-    detail::set_local_task(former);
-    throw;
-  }
+  return detail::named_after_task(cluster, [&] {
+    auto devices = detail::local_worker_devices(options);
+    const bool alone = cluster.world_size <= 1 || cluster.is_evaluator();
+    auto name = "multi_worker_mirrored_strategy(worker "
+                + std::to_string(alone ? 0 : cluster.rank) + " of "
+                + std::to_string(alone ? 1 : cluster.world_size) + ": "
+                + detail::joined_device_names(devices) + ")";
+    return detail::start_worker(cluster, std::move(devices), options, std::move(name));
+  });
 }
 
 } // namespace
