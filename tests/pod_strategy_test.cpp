@@ -334,21 +334,23 @@ TEST_CASE("the destination rule is the pod strategy's: mirrored_strategy reduces
 
 TEST_CASE("the refusals and errors name the problem") {
   const auto topology = four_devices();
-  SUBCASE("a topology of two tasks (across processes is a later increment)") {
+  SUBCASE("a topology of two tasks: a pod of several hosts is made from its cluster") {
     const pod_topology two_hosts{{2}, {{{0}}, {{1}}}};
     CHECK(error_of<value_error>([&] { (void) pod_strategy{two_hosts}; })
-          == "pod_strategy: a topology of 2 tasks (hosts) is not supported yet; pod_strategy "
-             "runs the devices of one task, this process's (docs/pod.md)");
+          == "pod_strategy: a topology of 2 tasks (hosts) runs one worker process per host: "
+             "make the strategy from the cluster's cluster_resolver (docs/pod.md)");
     CHECK(error_of<value_error>([&] {
             (void) pod_strategy{topology, device_assignment::build(two_hosts, {1}, {1}, 2)};
           })
-          == "pod_strategy: a device assignment of 2 tasks (hosts) is not supported yet; "
-             "pod_strategy runs the devices of one task, this process's (docs/pod.md)");
+          == "pod_strategy: a device assignment of 2 tasks (hosts) runs one worker process per "
+             "host: make the strategy from the cluster's cluster_resolver (docs/pod.md)");
   }
   SUBCASE("an assignment on another topology") {
     const auto two = pod_topology::from_devices(cpu_devices(2));
     CHECK(error_of<value_error>([&] { (void) pod_strategy{topology, device_assignment::build(two)}; })
-          == "pod_strategy: the device_assignment is on another topology than the strategy's");
+          == "pod_strategy: the device_assignment is on another topology than the strategy's: "
+             "mesh [2, 1, 1, 2] of 1 tasks x 4 devices, where the assignment's is mesh "
+             "[1, 1, 1, 2] of 1 tasks x 2 devices");
   }
   SUBCASE("steps_per_run 0") {
     CHECK(error_of<value_error>([&] {
