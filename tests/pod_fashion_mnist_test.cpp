@@ -7,15 +7,16 @@
 // The built program (POD_FASHION_MNIST) is driven as a child process: its
 // command line (--pod-devices, --replicas refused) and a pod of 2 hosts
 // under lockstep-run (LOCKSTEP_RUN) against one process of the same
-// replicas, on made-up IDX files.
+// replicas, on made-up IDX files; hosts with different --pod-devices fail
+// the join.
 
 #include "mlp.hpp"
 #include "split_model.hpp"
 #include "trainer.hpp"
 
-#include "child_process.hpp"
 #include "fashion_mnist_files.hpp"
 #include "file_support.hpp"
+#include "worker_processes.hpp"
 
 #include "lockstep/lockstep.hpp"
 
@@ -128,27 +129,22 @@ struct outcome {
   std::string out;
 };
 
-/// Runs the program (POD_FASHION_MNIST; meson test sets it) with `args`;
+/// Runs the program (POD_FASHION_MNIST; meson test sets it) with `args`,
+/// without the cluster variables of any launcher the suite may run under;
 /// `hosts` > 0: that many copies under lockstep-run (LOCKSTEP_RUN), a pod
 /// of that many hosts. A run past 60 s is killed and fails the test.
 outcome run_program(const std::vector<std::string>& args, int hosts = 0) {
   static temporary_directory logs{"pod_fashion_mnist_logs"};
   static int count = 0;
-  const char* path = std::getenv("POD_FASHION_MNIST");
-  REQUIRE_MESSAGE(path != nullptr, "set POD_FASHION_MNIST to the built pod_fashion_mnist");
-  std::vector<std::string> argv{path};
-  if (hosts > 0) {
-    const char* launcher = std::getenv("LOCKSTEP_RUN");
-    REQUIRE_MESSAGE(launcher != nullptr, "set LOCKSTEP_RUN to the built lockstep-run (meson does)");
-    argv.insert(argv.begin(), {launcher, "-n", std::to_string(hosts)});
-  }
+  std::vector<std::string> argv{test_program("POD_FASHION_MNIST")};
+  if (hosts > 0)
+    argv.insert(argv.begin(), {test_program("LOCKSTEP_RUN"), "-n", std::to_string(hosts)});
   argv.insert(argv.end(), args.begin(), args.end());
-  const auto log = logs.path() / ("out." + std::to_string(count++));
-  const auto exit = run_child_process(
-      {.argv = argv, .out = log, .limit = std::chrono::seconds(60)});
-  if (exit.timed_out)
-    FAIL("pod_fashion_mnist ran for more than 60 s and was killed");
-  return {exit.status, read_file(log)};
+  std::vector<process> run{
+      spawn(argv, environment_with({}), logs.path() / ("out." + std::to_string(count++)))};
+  wait_all(run, std::chrono::seconds(60));
+  const auto& p = run[0];
+  return {p.status && WIFEXITED(*p.status) ? WEXITSTATUS(*p.status) : -1, p.text()};
 }
 
 /// A metrics row's figures: epoch, train loss, train accuracy, test
@@ -257,4 +253,30 @@ TEST_CASE("a pod of 2 hosts x 4 devices under lockstep-run trains as one process
   }
   // Training moved the loss: the comparison is of a run that learned.
   CHECK(expected[2].loss != expected[0].loss);
+}
+
+TEST_CASE("hosts started with different --pod-devices fail the join on every host, naming it") {
+  const temp_folder folder;
+  write_data(folder.path() / "data", 256, 32);
+  const int base = free_ports(2);
+  std::vector<process> hosts;
+  for (const int rank : {0, 1})
+    hosts.push_back(spawn({test_program("POD_FASHION_MNIST"), "--pod-devices", rank == 0 ? "4" : "2",
+                           "--data-dir", (folder.path() / "data").string(), "--metrics",
+                           (folder.path() / "metrics.csv").string(), "--global-batch", "32",
+                           "--epochs", "1"},
+                          environment_with({tf_config(base, 2, static_cast<std::size_t>(rank)),
+                                            "LOCKSTEP_CLUSTER_TOKEN=pod-test-token-0123456789",
+                                            "LOCKSTEP_JOB_ID=pod-fashion-mnist-test"}),
+                          folder.path() / ("host" + std::to_string(rank) + ".txt")));
+  wait_all(hosts, std::chrono::seconds(60));
+  for (const auto& host : hosts) {
+    const auto text = host.text();
+    CHECK_MESSAGE(host.exited_with(1), host.how() << "\n" << text); // not 75: no restart
+    CHECK_MESSAGE(contains(text, "the workers' settings differ (every worker must run with the"
+                                 " same): replicas per worker is \"2\" on worker 0; \"1\" on"
+                                 " worker 1. --pod-devices is \"4\" on worker 0; \"2\" on"
+                                 " worker 1"),
+                  text);
+  }
 }
