@@ -255,6 +255,52 @@ TEST_CASE("a pod of 2 hosts x 4 devices under lockstep-run trains as one process
   CHECK(expected[2].loss != expected[0].loss);
 }
 
+TEST_CASE("a pod of 2 hosts: the chief alone saves checkpoints, and both hosts resume from "
+          "them") {
+  const temporary_directory dir{"pod_fashion_mnist"};
+  const auto data = dir.path() / "data";
+  write_data(data, 256, 32);
+  const auto checkpoints = dir.path() / "ckpt";
+  const auto options = [&](const std::string& epochs, const fs::path& metrics,
+                           bool checkpointed) {
+    std::vector<std::string> all{"--data-dir", data.string(), "--metrics", metrics.string(),
+                                 "--global-batch", "32", "--seed", "3", "--epochs", epochs};
+    if (checkpointed)
+      all.insert(all.end(), {"--checkpoint-dir", checkpoints.string()});
+    return all;
+  };
+  const auto straight_csv = dir.path() / "straight.csv";
+  const auto straight = run_program(options("2", straight_csv, false), 2);
+  REQUIRE_MESSAGE(straight.status == 0, straight.out);
+
+  const auto csv = dir.path() / "resumed.csv";
+  const auto first = run_program(options("1", csv, true), 2);
+  REQUIRE_MESSAGE(first.status == 0, first.out);
+  CHECK(contains(first.out, "[0] saved " + (checkpoints / "ckpt-8.safetensors").string()));
+  CHECK_FALSE(contains(first.out, "[1] "));
+  // Host 1 must resume too: had it started again from step 0, the hosts'
+  // collectives would not match and the run would fail.
+  const auto second = run_program(options("2", csv, true), 2);
+  REQUIRE_MESSAGE(second.status == 0, second.out);
+  CHECK(contains(second.out, "[0] resumed from " + (checkpoints / "ckpt-8.safetensors").string()
+                               + " at step 8"));
+  CHECK(contains(second.out, "[0] saved " + (checkpoints / "ckpt-16.safetensors").string()));
+  CHECK_FALSE(contains(second.out, "[1] "));
+  // The resumed run keeps epoch 1's row, and its numbers are those of the
+  // run that never stopped (the same pod, the same sums).
+  const auto rows = metrics_rows(csv);
+  const auto expected = metrics_rows(straight_csv);
+  REQUIRE(rows.size() == 2);
+  REQUIRE(expected.size() == 2);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rows[i].epoch == expected[i].epoch);
+    CHECK(rows[i].loss == expected[i].loss);
+    CHECK(rows[i].accuracy == expected[i].accuracy);
+    CHECK(rows[i].test_accuracy == expected[i].test_accuracy);
+  }
+}
+
 TEST_CASE("hosts started with different --pod-devices fail the join on every host, naming it") {
   const temp_folder folder;
   write_data(folder.path() / "data", 256, 32);

@@ -7,7 +7,8 @@
 // of H x N devices, H*N/2 replicas (pod_strategy(resolver, ...)): the
 // hosts join as the main job's workers do, agree on the settings that
 // change the numbers (--pod-devices among them), and the chief alone
-// prints and writes the metrics and the checkpoints. The options are
+// prints and writes the metrics and the checkpoints (a resumed run keeps
+// the metrics rows of the epochs before it). The options are
 // train_fashion_mnist's (its command line, defaults and training loop);
 // --steps-per-call K sets the pod's steps_per_run, and each call is a host
 // loop of K steps. --replicas is refused: --pod-devices sets the replicas.
@@ -34,6 +35,7 @@
 #include <charconv>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -151,7 +153,21 @@ int run(int argc, char** argv) {
               << config.global_batch << ", " << config.epochs << " epochs, seed " << config.seed
               << ", steps_per_run " << config.steps_per_call << "\n"
               << std::flush;
+  // The chief rewrites the metrics after every epoch; a resumed run keeps
+  // the rows of the epochs before it (as the main job does).
   std::vector<fashion_mnist::epoch_metrics> rows;
+  bool rows_read = false;
+  const auto keep_rows_before = [&](int epoch) {
+    if (!rows_read && std::filesystem::is_regular_file(cl.metrics)) {
+      try {
+        rows = fashion_mnist::read_metrics_csv(cl.metrics);
+      } catch (const lockstep::error& e) {
+        std::cerr << "ignoring the earlier metrics: " << printable(e.what(), false) << "\n";
+      }
+    }
+    rows_read = true;
+    std::erase_if(rows, [&](const auto& e) { return e.epoch >= epoch; });
+  };
   fashion_mnist::training_observer observer;
   if (chief) {
     observer.on_note = [](const std::string& text) { std::cerr << text << "\n"; };
@@ -159,6 +175,7 @@ int run(int argc, char** argv) {
       std::cerr << "epoch " << m.epoch << "/" << config.epochs << ": loss " << m.train_loss
                 << ", accuracy " << m.train_accuracy << ", test accuracy " << m.test_accuracy
                 << ", " << m.seconds << " s\n";
+      keep_rows_before(m.epoch);
       rows.push_back(m);
       fashion_mnist::write_metrics_csv(cl.metrics, rows);
     };
@@ -170,6 +187,8 @@ int run(int argc, char** argv) {
       = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!chief)
     return result.interrupted ? 130 : 0;
+  if (result.resumed_from_step && result.epochs.empty())
+    keep_rows_before(config.epochs + 1); // resumed at the end: the earlier rows
   std::cout << "steps " << result.global_step << ", this run " << seconds << " s";
   if (!rows.empty())
     std::cout << ", final test accuracy " << rows.back().test_accuracy;
