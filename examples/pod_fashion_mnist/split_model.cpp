@@ -36,19 +36,45 @@ batch_gradients pod_split_gradients(const mlp_spec& spec, std::int64_t global_ba
   return out;
 }
 
-lockstep::strategy make_pod_strategy(std::size_t steps_per_run) {
-  auto topology = pod_topology::from_devices(cpu_devices(4));
-  auto assignment = device_assignment::build(topology, {1, 1, 1, 2}, {}, pod_replicas);
+namespace {
+
+void check_shape(const pod_shape& shape) {
+  if (shape.devices_per_host < 2 || shape.devices_per_host % 2 != 0)
+    throw value_error("pod: the devices per host must be even and at least 2 (replicas of "
+                      + std::to_string(pod_cores_per_replica) + " logical cores), got "
+                      + std::to_string(shape.devices_per_host));
+}
+
+} // namespace
+
+lockstep::strategy make_pod_strategy(std::size_t steps_per_run, const pod_shape& shape) {
+  check_shape(shape);
+  const auto devices = cpu_devices(shape.devices_per_host);
+  const auto replicas_per_host = devices.size() / pod_cores_per_replica;
+  const mesh_coordinates computation_shape{1, 1, 1, static_cast<int>(pod_cores_per_replica)};
+  const cluster_resolver resolver;
+  if (resolver.spec().world_size > 1 && !resolver.spec().is_evaluator()) {
+    const auto system = initialize_pod_system(resolver, devices);
+    auto assignment = device_assignment::build(system.topology, computation_shape, {},
+                                               system.num_hosts * replicas_per_host);
+    pod_options options{.steps_per_run = steps_per_run};
+    options.cluster.local_devices = devices;
+    options.cluster.agreed_settings = shape.agreed_settings;
+    return pod_strategy{resolver, std::move(assignment), std::move(options)};
+  }
+  auto topology = pod_topology::from_devices(devices);
+  auto assignment = device_assignment::build(topology, computation_shape, {}, replicas_per_host);
   return pod_strategy{std::move(topology), std::move(assignment),
                       {.steps_per_run = steps_per_run}};
 }
 
-training_config with_pod_placement(training_config config) {
-  config.replicas = pod_replicas;
+training_config with_pod_placement(training_config config, pod_shape shape) {
+  check_shape(shape);
+  config.replicas = shape.devices_per_host / static_cast<int>(pod_cores_per_replica);
   const auto spec = config.model;
   const auto global_batch = config.global_batch;
-  config.placement.make_strategy = [](const training_config& c) {
-    return make_pod_strategy(static_cast<std::size_t>(c.steps_per_call));
+  config.placement.make_strategy = [shape = std::move(shape)](const training_config& c) {
+    return make_pod_strategy(static_cast<std::size_t>(c.steps_per_call), shape);
   };
   config.placement.logical_core = pod_logical_core;
   config.placement.gradients = [spec, global_batch](replica_context& ctx,
