@@ -5,6 +5,7 @@
 
 #include "collectives/allreduce_slices.hpp"
 
+#include "collectives/chunk_reduction.hpp"
 #include "collectives/thread_scratch.hpp"
 #include "devices/elementwise_loops.hpp"
 
@@ -21,13 +22,6 @@
 namespace lockstep::detail {
 
 namespace {
-
-template <reduce_op Op, class T>
-void combine_in_blocks(T* accumulator, const T* x, std::size_t count) {
-  in_blocks(static_cast<std::int64_t>(count), [=](std::int64_t offset, std::int64_t length) {
-    combine_loop<Op>(accumulator + offset, x + offset, length);
-  });
-}
 
 /// What a rank publishes at the rendezvous: the data of its inputs and
 /// outputs, so the other ranks reach them in two loads, and where each
@@ -52,39 +46,6 @@ struct published_buffers {
   }
 };
 
-/// Scratch bytes per element of a chunk: the accumulator; for half types a
-/// float accumulator and the rounded block.
-template <class T>
-constexpr std::size_t scratch_per_element = is_half_v<T> ? sizeof(float) + sizeof(T) : sizeof(T);
-
-/// The chunks of one segment for non-half types: each chunk of
-/// `input(0)` combined with `input(1)`, ..., `input(n - 1)` in that order
-/// in `accumulator`, MEAN divided, and copied to every `output(r)`.
-template <reduce_op Op, class T, class Input, class Output>
-void reduce_chunks(std::size_t n, Input input, Output output, std::size_t count,
-                   std::size_t chunk, T* accumulator) {
-  for (std::size_t done = 0; done < count; done += chunk) {
-    const auto length = std::min(chunk, count - done);
-    if (n == 1) {
-      std::memcpy(accumulator, input(0) + done, length * sizeof(T));
-    } else {
-      const auto* first = input(0) + done;
-      const auto* second = input(1) + done;
-      in_blocks(static_cast<std::int64_t>(length), [=](std::int64_t at, std::int64_t size) {
-        combine_into<Op>(accumulator + at, first + at, second + at, size);
-      });
-    }
-    for (std::size_t r = 2; r < n; ++r)
-      combine_in_blocks<Op>(accumulator, input(r) + done, length);
-    if constexpr (Op == reduce_op::mean)
-      in_blocks(static_cast<std::int64_t>(length), [=](std::int64_t at, std::int64_t size) {
-        divide_loop(accumulator + at, static_cast<std::int64_t>(n), size);
-      });
-    for (std::size_t r = 0; r < n; ++r)
-      std::memcpy(output(r) + done, accumulator, length * sizeof(T));
-  }
-}
-
 /// Reduces elements [offset, offset + count) of tensor `index` of every
 /// rank's pack into every rank's output, chunk by chunk, through `block`
 /// (chunk * scratch_per_element<T> bytes). Half types combine the ranks'
@@ -102,20 +63,7 @@ void reduce_segment(const collective_group& group, std::size_t index, std::size_
     const auto* buffers = static_cast<const published_buffers*>(group.payload(r));
     return static_cast<T*>(buffers->outputs[index]) + offset;
   };
-  if constexpr (is_half_v<T>) {
-    auto* wide = reinterpret_cast<float*>(block);
-    auto* rounded = reinterpret_cast<T*>(wide + chunk);
-    for (std::size_t done = 0; done < count; done += chunk) {
-      const auto length = std::min(chunk, count - done);
-      const auto size = static_cast<std::int64_t>(length);
-      reduce_in_float<Op>(n, [&](std::size_t r) { return input(r) + done; }, size, wide,
-                          rounded);
-      for (std::size_t r = 0; r < n; ++r)
-        std::memcpy(output(r) + done, rounded, length * sizeof(T));
-    }
-  } else {
-    reduce_chunks<Op>(n, input, output, count, chunk, reinterpret_cast<T*>(block));
-  }
+  reduce_to_every_output<Op, T>(n, input, output, count, chunk, block);
 }
 
 /// About how many slices a rank's share of a range is cut into: enough that
@@ -166,20 +114,11 @@ void reduce_slice(const collective_group& group, const published_buffers& mine,
 template <reduce_op Op, class T>
 void reduce_inline(const collective_group& group, std::uint64_t seq, std::size_t count,
                    T* accumulator) {
-  if constexpr (is_half_v<T>) { // in float, rounded once, as reduce_segment
-    alignas(64) float wide[collective_group::inline_capacity / sizeof(T)];
-    reduce_in_float<Op>(
-      group.size(), [&](std::size_t r) { return static_cast<const T*>(group.inline_data(r, seq)); },
-      static_cast<std::int64_t>(count), wide, accumulator);
-    return;
-  }
-  std::memcpy(accumulator, group.inline_data(0, seq), count * sizeof(T));
-  for (std::size_t r = 1; r < group.size(); ++r)
-    combine_loop<Op>(accumulator, static_cast<const T*>(group.inline_data(r, seq)),
-                     static_cast<std::int64_t>(count));
-  if constexpr (Op == reduce_op::mean)
-    divide_loop(accumulator, static_cast<std::int64_t>(group.size()),
-                static_cast<std::int64_t>(count));
+  // In float for float16 and bfloat16, rounded once, as reduce_segment.
+  alignas(64) float wide[collective_group::inline_capacity / sizeof(T)];
+  reduce_operands<Op, T>(
+    group.size(), [&](std::size_t r) { return static_cast<const T*>(group.inline_data(r, seq)); },
+    count, accumulator, wide);
 }
 
 /// Elements in the concatenation of `inputs`.
