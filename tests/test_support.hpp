@@ -22,3 +22,17 @@ std::string error_of(F&& f) {
   FAIL("no exception was thrown");
   return {};
 }
+
+/// The message of the exception `error` holds ("" for none; "unknown" for
+/// one that is no std::exception).
+inline std::string what_of(const std::exception_ptr& error) {
+  if (!error)
+    return "";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown";
+  }
+}
