@@ -31,12 +31,16 @@ using namespace std::chrono_literals;
 /// `replicas[i]` replicas on worker i, each running the worker program with
 /// `args`, the last with `last_worker_environment` and the others with
 /// `others_environment` added; the workers, started. `with_chief`: process 0
-/// is TF_CONFIG's chief and process i worker i - 1.
+/// is TF_CONFIG's chief and process i worker i - 1. `transport`:
+/// LOCKSTEP_TRANSPORT, "tcp" (the ring, which the fault points and texts of
+/// most cases here are about) unless a case asks for "auto" (shared memory:
+/// the workers all run on this host).
 std::vector<process> start_cluster(const temp_folder& folder, const std::vector<int>& replicas,
                                    const std::vector<std::string>& args,
                                    const std::vector<std::string>& last_worker_environment = {},
                                    const std::vector<std::string>& others_environment = {},
-                                   bool with_chief = false) {
+                                   bool with_chief = false,
+                                   const std::string& transport = "tcp") {
   const auto base = free_ports(static_cast<int>(replicas.size()));
   std::vector<process> processes;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
@@ -45,6 +49,7 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
     std::vector<std::string> environment{tf_config(base, replicas.size(), i, with_chief),
                                          "LOCKSTEP_CLUSTER_TOKEN=multi-worker-test-token-0123",
                                          "LOCKSTEP_JOB_ID=multi-worker-test",
+                                         "LOCKSTEP_TRANSPORT=" + transport,
                                          "LOCKSTEP_REPLICAS_PER_WORKER="
                                            + std::to_string(replicas[i])};
     const auto& added = i + 1 == replicas.size() ? last_worker_environment : others_environment;
@@ -83,6 +88,40 @@ TEST_CASE("every op, dtype and size, 1 to 4 workers x 1 and 2 replicas, against 
       require_all_ok(processes, "ok collectives: " + std::to_string(workers) + " workers x "
                                   + std::to_string(local) + " replicas");
     }
+}
+
+TEST_CASE("workers of one host reduce through shared memory: every op, dtype and size, the "
+          "same errors for different collectives, a lost worker, a timeout naming who did not "
+          "come") {
+  for (const int workers : {2, 3})
+    for (const int local : {1, 2}) {
+      CAPTURE(workers);
+      CAPTURE(local);
+      temp_folder folder;
+      auto processes = start_cluster(folder, std::vector<int>(workers, local), {"collectives"},
+                                     {}, {}, false, "auto");
+      wait_all(processes, 120s);
+      require_all_ok(processes, "ok collectives: " + std::to_string(workers) + " workers x "
+                                  + std::to_string(local) + " replicas");
+    }
+  {
+    temp_folder folder;
+    auto processes = start_cluster(folder, {2, 2, 2}, {"mismatch"}, {}, {}, false, "auto");
+    wait_all(processes, 120s);
+    require_all_ok(processes, "ok mismatch");
+  }
+  for (const std::string how : {"kill", "stop"}) {
+    CAPTURE(how);
+    temp_folder folder;
+    auto processes = start_cluster(folder, {1, 1, 1}, {"lost", how}, {}, {}, false, "auto");
+    check_survivors_and_victim(processes);
+  }
+  {
+    temp_folder folder;
+    auto processes = start_cluster(folder, {2, 2, 2}, {"skipped", "0"}, {}, {}, false, "auto");
+    wait_all(processes, 60s);
+    require_all_ok(processes, "ok skipped");
+  }
 }
 
 TEST_CASE("devices bear TF's names: /job:worker/replica:0/task:k, the chief's /job:chief") {

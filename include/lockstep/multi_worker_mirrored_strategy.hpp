@@ -43,6 +43,12 @@ struct multi_worker_options {
   /// settings, names of 1 to 128 bytes, each once, values of at most 1024
   /// bytes.
   std::vector<agreed_setting> agreed_settings;
+  /// What carries the collectives between the workers: "auto" (shared
+  /// memory when every worker shares this host's memory, probed at the
+  /// start; the TCP ring otherwise) or "tcp" (the ring, always: to compare
+  /// or to test it). Unset: LOCKSTEP_TRANSPORT, else "auto". value_error
+  /// for another value. When any worker asks for "tcp", all use the ring.
+  std::optional<std::string> transport;
 };
 
 /// Ends every join of a multi-worker strategy in progress, and every later

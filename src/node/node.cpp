@@ -2,6 +2,7 @@
 
 #include "node/clock_sync.hpp"
 #include "node/control_links.hpp"
+#include "node/host_group.hpp"
 #include "node/join_cancellation.hpp"
 #include "node/node_actor.hpp"
 #include "node/rendezvous.hpp"
@@ -142,6 +143,9 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   // A killed worker's neighbours see its links close about when the
   // coordinator's word of the loss arrives: give that word a moment.
   ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
+  // Workers that share this host's memory reduce through it, not the ring.
+  host_ = join_host_group(*ring_, rank, spec.world_size, settings.force_tcp,
+                          settings.join_timeout);
   // The node actor watches the peers; control_links carries its messages.
   links_ = std::make_shared<control_links>(rank, std::move(joined.control),
                                            settings.heartbeat_interval);
@@ -167,8 +171,12 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
        if (const auto links = control.lock())
          links->post(peer, message);
      },
-     .reached = [ring = ring_] { return ring->reached(); },
-     .on_lost = [ring = ring_](const error_value& why) { ring->break_ring(why); }});
+     .reached = [ring = ring_, host = host_] { return host ? host->reached() : ring->reached(); },
+     .on_lost = [ring = ring_, host = host_](const error_value& why) {
+       ring->break_ring(why);
+       if (host)
+         host->break_group(why);
+     }});
   static_assert(collective_progress::no_answer == tcp_ring_communicator::no_answer);
   // Weak: the ring may outlive this node (the strategy's state holds it).
   ring_->explain_timeouts(
@@ -204,6 +212,12 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
     throw;
   }
   LOCKSTEP_LOG_INFO("worker {} of {} joined job '{}'", rank, spec.world_size, spec.job_id);
+}
+
+std::shared_ptr<communicator> node::workers() const {
+  if (host_)
+    return host_;
+  return ring_;
 }
 
 void node::start_links() {

@@ -18,6 +18,7 @@
 
 #include "node/clock_sync.hpp"
 #include "transport/tcp/handshake.hpp"
+#include "communicators/host_shm_communicator.hpp"
 #include "communicators/tcp_ring_communicator.hpp"
 
 #include "node/wire_messages.hpp"
@@ -42,6 +43,9 @@ struct node_settings {
   std::chrono::milliseconds join_timeout{std::chrono::seconds{300}};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds{1}};
   std::chrono::milliseconds peer_timeout{std::chrono::seconds{10}};
+  /// Keep the collectives on the TCP ring even where the workers share
+  /// memory (LOCKSTEP_TRANSPORT=tcp): to compare, or to test the ring.
+  bool force_tcp = false;
 };
 
 class node {
@@ -56,8 +60,14 @@ public:
 
   const detail::membership& membership() const noexcept { return membership_; }
 
-  /// The collective between the workers, one rank per process.
+  /// The ring of TCP connections between the workers, one rank per process.
   const std::shared_ptr<tcp_ring_communicator>& ring() const noexcept { return ring_; }
+  /// The workers' shared-memory group, when they all share this host's
+  /// memory (node/host_group.hpp); else null.
+  const std::shared_ptr<host_shm_communicator>& host_group() const noexcept { return host_; }
+  /// What carries the collectives between the workers, one rank per
+  /// process: the shared-memory group when there is one, else the ring.
+  std::shared_ptr<communicator> workers() const;
   /// The coordinator's clock against this worker's, measured at the
   /// rendezvous (clock_sync.hpp); zero on the coordinator.
   const clock_estimate& clock() const noexcept { return clock_; }
@@ -71,6 +81,7 @@ private:
   detail::membership membership_;
   clock_estimate clock_;
   std::shared_ptr<tcp_ring_communicator> ring_;
+  std::shared_ptr<host_shm_communicator> host_;
   std::shared_ptr<control_links> links_;
   std::shared_ptr<caf::actor_system> system_;
   /// The node actor (node_actor.hpp), which this node starts and stops.

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace lockstep::detail {
 
@@ -40,7 +41,7 @@ namespace {
 class node_services final : public worker_services {
 public:
   node_services(std::shared_ptr<node> node, std::size_t worker, std::chrono::milliseconds timeout)
-    : node_(std::move(node)), ring_(node_->ring()), worker_(worker), timeout_(timeout) {}
+    : node_(std::move(node)), ring_(node_->workers()), worker_(worker), timeout_(timeout) {}
 
   tensor initial_value_from_chief(const tensor& initial, const std::string& name) override {
     auto value = initial.to(initial.device()); // a buffer of its own to receive into
@@ -66,7 +67,7 @@ public:
 
 private:
   std::shared_ptr<node> node_;
-  std::remove_cvref_t<decltype(std::declval<node&>().ring())> ring_;
+  std::shared_ptr<communicator> ring_; // the node's workers(): shared memory or the ring
   std::size_t worker_;
   std::chrono::milliseconds timeout_;
 };
@@ -103,6 +104,21 @@ bytes cluster_key(cluster_spec& spec) {
   bytes key(SHA256_DIGEST_LENGTH);
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), key.data());
   return key;
+}
+
+/// Whether the workers must keep to the TCP ring: options.transport, else
+/// LOCKSTEP_TRANSPORT, "tcp" (else "auto": shared memory where they share
+/// it). value_error for another value.
+bool force_tcp(const multi_worker_options& options) {
+  const char* variable = std::getenv("LOCKSTEP_TRANSPORT");
+  const auto [text, source]
+    = options.transport ? std::pair{*options.transport, "multi_worker_options::transport"}
+                        : std::pair{std::string(variable ? variable : ""), "LOCKSTEP_TRANSPORT"};
+  if (text.empty() || text == "auto")
+    return false;
+  if (text == "tcp")
+    return true;
+  throw value_error(std::string(source) + " must be \"auto\" or \"tcp\", got '" + text + "'");
 }
 
 /// TF's name of this worker's task: TF_CONFIG's task type and index (the
@@ -177,6 +193,7 @@ std::shared_ptr<strategy_state> start_worker(const cluster_spec& cluster,
     start_replicas(*state);
     return state;
   }
+  const bool tcp = force_tcp(options);
   auto settings_to_agree = agreed_settings(devices.size(), options);
   const auto key = cluster_key(spec);
   set_fault_worker(spec.rank, spec.generation);
@@ -184,12 +201,12 @@ std::shared_ptr<strategy_state> start_worker(const cluster_spec& cluster,
                          .settings = std::move(settings_to_agree),
                          .join_timeout = options.join_timeout,
                          .heartbeat_interval = options.heartbeat_interval,
-                         .peer_timeout = options.peer_timeout};
+                         .peer_timeout = options.peer_timeout,
+                         .force_tcp = tcp};
   auto node = std::make_shared<detail::node>(spec, key, settings);
-  const auto ring = node->ring();
   const auto worker = spec.rank;
-  auto ops
-    = std::make_shared<cluster_all_reduce>(ring, worker, timeout, spec.local_world_size);
+  auto ops = std::make_shared<cluster_all_reduce>(node->workers(), worker, timeout,
+                                                  spec.local_world_size);
   auto state = public_strategy_state::create(std::move(name), std::move(topology), true,
                                              std::move(ops), timeout);
   timeline_set_clock(node->clock().offset_ns, node->clock().error_ns);
