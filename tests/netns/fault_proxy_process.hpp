@@ -92,6 +92,19 @@ public:
     return count;
   }
 
+  /// How many lines it printed that start with `start`, after the first
+  /// line that is `marker` (e.g. "ok stall").
+  std::size_t lines_starting_after(const std::string& marker, const std::string& start) const {
+    std::istringstream in(text_());
+    std::size_t count = 0;
+    bool after = false;
+    for (std::string line; std::getline(in, line);) {
+      count += after && line.starts_with(start) ? 1 : 0;
+      after = after || line == marker;
+    }
+    return count;
+  }
+
   /// Waits until it printed `count` lines that start with `start`.
   void wait_for_lines(const std::string& start, std::size_t count) {
     wait_until([&] { return lines_starting(start) >= count; },

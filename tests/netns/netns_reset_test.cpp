@@ -61,8 +61,11 @@ TEST_CASE("a ring connection reset in the middle of an all-reduce's data ends th
   const std::vector<std::string> worker{test_program("NETNS_WORKER"), "0",
                                         std::to_string(bytes / 4)};
   std::vector<process> workers{pair.start(0, worker), pair.start(1, worker)};
-  wait_all(workers, hang_limit);
-  REQUIRE(proxy.lines_starting("reset " + std::to_string(worker_pair::ring_port_1)) == 1);
+  {
+    INFO(pair.report(workers));
+    wait_all(workers, hang_limit);
+    REQUIRE(proxy.lines_starting("reset " + std::to_string(worker_pair::ring_port_1)) == 1);
+  }
   // Both in the third, the one the reset cut.
   CHECK(require_failed(workers, 0) == std::vector<std::size_t>{3, 3});
 }
@@ -73,11 +76,22 @@ TEST_CASE("every connection reset at once in the middle of the job (control and 
   auto& proxy = pair.start_proxy();
   const std::vector<std::string> worker{test_program("NETNS_WORKER"), "0", "262144"};
   std::vector<process> workers{pair.start(0, worker), pair.start(1, worker)};
-  wait_for_done(workers[0], 3, hang_limit);
-  proxy.command("reset");
-  const auto reset_at = steady_now_ns();
-  wait_all(workers, hang_limit);
-  CHECK(proxy.lines_starting("reset ") == 3); // the control connection and both ring ones
+  std::uint64_t reset_at = 0;
+  {
+    INFO(pair.report(workers));
+    wait_for_done(workers[0], 3, hang_limit);
+    proxy.command("reset");
+    reset_at = steady_now_ns();
+    wait_all(workers, hang_limit);
+    // The control connection and both ring ones, and nothing after.
+    CHECK(proxy.lines_starting_after("ok reset", "reset ") == 0);
+    const auto text = proxy.text();
+    std::size_t cut = 0;
+    for (auto at = text.find("(the reset command)"); at != std::string::npos;
+         at = text.find("(the reset command)", at + 1))
+      ++cut;
+    CHECK(cut == 3);
+  }
   // The reset may fall where one worker has all it needs of an all-reduce
   // and the other not yet: that one fails in the next.
   const auto failed = require_failed(workers, reset_at);

@@ -67,6 +67,18 @@ public:
   }
 
   fault_proxy_process& proxy() { return *proxy_; }
+
+  /// What `workers` and the proxy printed, for a failure's message (doctest's
+  /// INFO calls it only when a check fails).
+  std::string report(const std::vector<process>& workers) const {
+    std::string text;
+    for (std::size_t i = 0; i < workers.size(); ++i)
+      text += "--- worker " + std::to_string(i) + " (" + workers[i].how() + "):\n"
+              + workers[i].text();
+    if (proxy_)
+      text += "--- the proxy:\n" + proxy_->text();
+    return text;
+  }
   const network_lab& lab() const { return lab_; }
   const std::filesystem::path& folder() const { return folder_.path(); }
 
