@@ -1,3 +1,9 @@
+// Joining across hosts. A worker started before its coordinator, through a
+// proxy that accepts its connections and closes them while the coordinator
+// does not listen (as a proxy, a load balancer or a Kubernetes service
+// does), joins once the coordinator starts: it takes the closed handshake
+// for a coordinator not there yet and tries again until the join deadline.
+//
 // A worker of a stale generation whose host comes back: the job was
 // restarted as generation 1 (LOCKSTEP_GENERATION, which lockstep-run and
 // other launchers count up at each restart), and the host that was away
@@ -38,4 +44,19 @@ TEST_CASE("a worker of a stale generation is refused; the current one from the s
   CHECK(log.find(network_lab::address(1) + ":") != std::string::npos);
   CHECK(log.find("generation") != std::string::npos);
   MESSAGE("the stale worker: " << stale[0].text() << "the coordinator: " << log);
+}
+
+TEST_CASE("a worker that reaches its coordinator through a proxy before the coordinator listens "
+          "joins once it does") {
+  worker_pair pair;
+  auto& proxy = pair.start_proxy();
+  const std::vector<std::string> worker{test_program("NETNS_WORKER"), "3", "1000"};
+  std::vector<process> workers{pair.start(1, worker)};
+  // The proxy accepted worker 1's connection and, finding no coordinator,
+  // closed it: twice, so the worker did try again.
+  proxy.wait_for_lines("reset " + std::to_string(worker_pair::coordinator_port), 2);
+  workers.insert(workers.begin(), pair.start(0, worker));
+  wait_all(workers, 60s);
+  INFO(pair.report(workers));
+  require_all_ok(workers, "ok all_reduce 3");
 }
