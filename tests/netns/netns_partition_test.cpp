@@ -36,8 +36,9 @@ TEST_CASE("a partition longer than the peer timeout raises peer_lost_error on bo
     INFO(pair.report(workers));
     wait_for_done(workers[0], 3, hang_limit);
     wait_for_done(workers[1], 3, hang_limit);
-    proxy.command("stall");
+    // Taken before the command travels: an upper bound of the time.
     stalled_at = steady_now_ns();
+    proxy.command("stall");
     wait_all(workers, hang_limit);
   }
   for (std::size_t rank = 0; rank < 2; ++rank) {
@@ -52,7 +53,7 @@ TEST_CASE("a partition longer than the peer timeout raises peer_lost_error on bo
     CHECK(failure->what.find(other) != std::string::npos);
     CHECK(failure->what.find("peer_timeout") != std::string::npos);
     MESSAGE("worker " << rank << " raised peer_lost_error "
-                      << static_cast<double>(failure->at_ns - stalled_at) / 1e6
+                      << milliseconds_between(stalled_at, failure->at_ns)
                       << " ms after the partition (peer_timeout 2000 ms, heartbeat 200 ms): "
                       << failure->what);
   }

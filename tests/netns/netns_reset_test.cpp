@@ -35,7 +35,7 @@ std::vector<std::size_t> require_failed(std::vector<process>& workers, std::uint
     collectives.push_back(failure->collective);
     if (fault_at != 0)
       MESSAGE("worker " << rank << " failed in all_reduce #" << failure->collective << ", "
-                        << static_cast<double>(failure->at_ns - fault_at) / 1e6
+                        << milliseconds_between(fault_at, failure->at_ns)
                         << " ms after the reset: " << failure->what);
     else
       MESSAGE("worker " << rank << " failed in all_reduce #" << failure->collective << ": "
@@ -80,8 +80,8 @@ TEST_CASE("every connection reset at once in the middle of the job (control and 
   {
     INFO(pair.report(workers));
     wait_for_done(workers[0], 3, hang_limit);
+    reset_at = steady_now_ns(); // before the command travels: an upper bound of the time
     proxy.command("reset");
-    reset_at = steady_now_ns();
     wait_all(workers, hang_limit);
     // The control connection and both ring ones, and nothing after.
     CHECK(proxy.lines_starting_after("ok reset", "reset ") == 0);

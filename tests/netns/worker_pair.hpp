@@ -176,3 +176,8 @@ inline std::uint64_t steady_now_ns() {
                                       std::chrono::steady_clock::now().time_since_epoch())
                                       .count());
 }
+
+/// `to` - `from`, steady clock nanoseconds, in milliseconds.
+inline double milliseconds_between(std::uint64_t from, std::uint64_t to) {
+  return (static_cast<double>(to) - static_cast<double>(from)) / 1e6;
+}
