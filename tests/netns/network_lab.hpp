@@ -148,6 +148,10 @@ inline std::string network_lab_unavailable() {
   std::filesystem::create_directories(folder, error);
   if (error)
     why = "cannot write hosts files under /etc/netns: " + error.message();
+  // ip netns exec makes a mount namespace and mounts the hosts file and /sys.
+  const auto exec = run_command({"ip", "netns", "exec", probe, "true"});
+  if (why.empty() && exec.status != 0)
+    why = "cannot run a program in a network namespace (ip netns exec): " + exec.output;
   const auto bridge = run_command({"ip", "-n", probe, "link", "add", "name", "br0", "type",
                                    "bridge"});
   if (why.empty() && bridge.status != 0)
