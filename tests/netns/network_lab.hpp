@@ -182,18 +182,23 @@ inline void network_lab::remove_namespace(const std::string& name) {
 inline network_lab::network_lab(std::size_t hosts) : hosts_(hosts) {
   static int count = 0;
   prefix_ = "lsn" + std::to_string(::getpid()) + "-" + std::to_string(++count) + "-";
-  // Leftovers: this prefix's, and those of runs whose process is gone.
+  // Leftovers: this prefix's, and those of runs whose process is gone (a
+  // namespace, or a hosts file whose namespace went first).
+  const auto leftover = [&](const std::string& name) {
+    if (!name.starts_with("lsn"))
+      return false;
+    const auto pid = std::atoi(name.c_str() + 3);
+    return name.starts_with(prefix_) || (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH);
+  };
   const auto list = run_command({"ip", "netns", "list"});
   std::istringstream lines(list.output);
-  for (std::string line; std::getline(lines, line);) {
-    const auto name = line.substr(0, line.find(' '));
-    if (!name.starts_with("lsn"))
-      continue;
-    const auto pid = std::atoi(name.c_str() + 3);
-    const bool gone = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
-    if (name.starts_with(prefix_) || gone)
+  for (std::string line; std::getline(lines, line);)
+    if (const auto name = line.substr(0, line.find(' ')); leftover(name))
       remove_namespace(name);
-  }
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/etc/netns", ignored))
+    if (leftover(entry.path().filename().string()))
+      std::filesystem::remove_all(entry.path(), ignored);
   const auto sw = prefix_ + "sw";
   std::vector<std::vector<std::string>> steps{
     {"ip", "netns", "add", sw},
