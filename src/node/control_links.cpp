@@ -133,7 +133,8 @@ void control_links::loop() {
       } catch (const connection_closed& e) {
         l.failed = true;
         deliver_({l.peer, std::string("its control connection closed (") + e.what()
-                            + "; the process exited or was killed)"});
+                            + "; the process exited or was killed, or something on the "
+                              "network path, a proxy or a firewall, cut the connection)"});
       } catch (const std::exception& e) {
         l.failed = true;
         deliver_({l.peer, std::string("its control connection failed (") + e.what() + ")"});

@@ -13,6 +13,7 @@
 
 #include "lockstep/error.hpp"
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
 #include <caf/actor_cast.hpp>
@@ -47,6 +48,11 @@ asio::ip::tcp::acceptor listen_at(asio::io_context& context, const std::string& 
   acceptor.open(endpoint.protocol());
   acceptor.set_option(asio::socket_base::reuse_address(true));
   acceptor.bind(endpoint, error);
+  if (error == asio::error::address_in_use)
+    throw resource_error(std::string("cluster: cannot listen for ") + what + " at " + host + ":"
+                         + std::to_string(port) + ": " + error.message() + " (another process "
+                         + "listens at port " + std::to_string(port) + " on this host: stop it, "
+                         + "or give this worker a free port)");
   if (error)
     throw resource_error(std::string("cluster: cannot listen for ") + what + " at " + host + ":"
                          + std::to_string(port) + ": " + error.message());

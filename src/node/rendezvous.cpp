@@ -363,6 +363,7 @@ rendezvous_result join_rendezvous(asio::io_context& context, const rendezvous_se
   auto& socket = result.control.emplace_back(context);
   const auto waits = join_waits(what);
   const auto resolve = settings.resolve ? settings.resolve : system_resolver();
+  auto pause = std::chrono::milliseconds{10}; // after a closed handshake, growing to 1 s
   for (int attempt = 1;; ++attempt) {
     dial_host(socket, *spec.coordinator, "the coordinator", deadline, resolve, waits);
     socket.set_option(asio::ip::tcp::no_delay(true));
@@ -370,6 +371,24 @@ rendezvous_result join_rendezvous(asio::io_context& context, const rendezvous_se
       authenticate_client(socket, settings.token, identity_of(settings), coordinator,
                           step_deadline(deadline));
       break;
+    } catch (const handshake_closed& e) {
+      // Closed before the challenge: a coordinator that refuses this
+      // worker, or a proxy, load balancer or service in front of one that
+      // does not listen yet (it accepts, then closes). Both look alike
+      // from here: try again until the join deadline, as for a coordinator
+      // that refuses the connection itself.
+      socket.close();
+      if (io_clock::now() + pause >= deadline)
+        throw authentication_error(what + ": " + e.what() + " on each of "
+                                   + std::to_string(attempt)
+                                   + " attempts until the join deadline");
+      if (attempt == 1)
+        LOCKSTEP_LOG_WARN("{}: {}, or it is behind a proxy and not listening yet; trying again "
+                          "until the join deadline",
+                          what, e.what());
+      waits.sleep(pause);
+      waits.check();
+      pause = std::min(2 * pause, std::chrono::milliseconds{1000});
     } catch (const timeout_error& e) {
       // A coordinator busy with other connections, or slowed down: a new
       // connection, until the join deadline.

@@ -8,7 +8,7 @@ void rethrow_as_client_error(const std::string& server_address) {
   try {
     throw;
   } catch (const connection_closed&) {
-    throw authentication_error("authentication with " + server_address
+    throw handshake_closed("authentication with " + server_address
                                + " was refused (a different cluster token, job or generation)");
   } catch (const handshake_refused&) {
     throw authentication_error("authentication with " + server_address

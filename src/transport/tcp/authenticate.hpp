@@ -10,15 +10,29 @@
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
 
+#include "lockstep/error.hpp"
+
 namespace lockstep::detail {
 
 /// How long a handshake may take, by default.
 inline constexpr std::chrono::seconds handshake_timeout{5};
 
+/// The server closed the connection before its challenge: it refused this
+/// client (another job or generation), or what the client reached was not
+/// the server but something in front of it (a proxy, a load balancer, a
+/// Kubernetes service) that accepts and then closes while the server does
+/// not listen yet. An authentication_error ("was refused"), which a joining
+/// worker tries again until its join deadline.
+class handshake_closed : public authentication_error {
+public:
+  using authentication_error::authentication_error;
+};
+
 /// Proves the token to the server at `server_address` (for messages) and
 /// checks its proof. Throws lockstep::authentication_error naming the
-/// address when the server's proof is wrong ("failed") or it closes the
-/// connection ("refused"), and lockstep::timeout_error at the deadline.
+/// address when the server's proof is wrong ("failed"), handshake_closed
+/// when it closes the connection ("refused"), and lockstep::timeout_error
+/// at the deadline.
 authenticated_peer authenticate_client(tcp_socket& socket, std::span<const std::uint8_t> token,
                                        const handshake_identity& self,
                                        const std::string& server_address,
