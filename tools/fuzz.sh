@@ -73,9 +73,12 @@ launcher=""
 if command -v ccache >/dev/null; then
   launcher="ccache "
 fi
-CXX="$launcher$cxx" tools/configure.sh "$build_dir" -Dfuzz=true \
-  -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
-  -Dbenchmarks=false -Dexamples=false -Dcuda=disabled -Dnccl=disabled >/dev/null
+# Configured once; `meson compile` regenerates it when a meson file changes.
+if [[ ! -f "$build_dir/meson-private/coredata.dat" ]]; then
+  CXX="$launcher$cxx" tools/configure.sh "$build_dir" -Dfuzz=true \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
+    -Dbenchmarks=false -Dexamples=false -Dcuda=disabled -Dnccl=disabled >/dev/null
+fi
 binaries=()
 for t in "${targets[@]}"; do
   binaries+=("tests/fuzz/fuzz_$t")
