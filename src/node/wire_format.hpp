@@ -24,12 +24,13 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_request& x) {
   return f(caf::meta::type_name("join_request"), x.protocol_version, x.job_id, x.rank,
            x.world_size, x.generation, x.local_replicas, x.host, x.port, x.host_hash,
-           x.settings, x.proof);
+           x.settings, wire_bytes{x.proof});
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_reply& x) {
-  return f(caf::meta::type_name("join_reply"), x.accepted, x.generation, x.proof, x.refusal);
+  return f(caf::meta::type_name("join_reply"), x.accepted, x.generation, wire_bytes{x.proof},
+           x.refusal);
 }
 
 template <class Inspector>

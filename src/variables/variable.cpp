@@ -132,34 +132,6 @@ tensor aggregate(detail::variable_state& s) {
 
 // -- enums --------------------------------------------------------------------
 
-std::string_view to_string(variable_synchronization mode) {
-  switch (mode) {
-    case variable_synchronization::automatic:
-      return "AUTO";
-    case variable_synchronization::on_write:
-      return "ON_WRITE";
-    case variable_synchronization::on_read:
-      return "ON_READ";
-    case variable_synchronization::none:
-      return "NONE";
-  }
-  return "invalid";
-}
-
-std::string_view to_string(variable_aggregation mode) {
-  switch (mode) {
-    case variable_aggregation::none:
-      return "NONE";
-    case variable_aggregation::sum:
-      return "SUM";
-    case variable_aggregation::mean:
-      return "MEAN";
-    case variable_aggregation::only_first_replica:
-      return "ONLY_FIRST_REPLICA";
-  }
-  return "invalid";
-}
-
 namespace {
 
 std::string upper(std::string_view text) {
