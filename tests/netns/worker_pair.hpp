@@ -83,7 +83,10 @@ public:
   const std::filesystem::path& folder() const { return folder_.path(); }
 
   /// The environment of worker `rank`: TF_CONFIG with both names, the
-  /// token, its listen address, one replica, and `extra`.
+  /// token, its listen address, one replica, the ring as the transport
+  /// (the hosts are network namespaces of one machine, which share
+  /// /dev/shm, and the network path is what these tests are about), and
+  /// `extra`.
   std::vector<std::string> environment(std::size_t rank,
                                         const std::vector<std::string>& extra = {}) const {
     std::vector<std::string> variables{
@@ -93,7 +96,7 @@ public:
       "LOCKSTEP_CLUSTER_TOKEN=netns-suite-token-0123456789abcdef",
       rank == 0 ? "LOCKSTEP_LISTEN=0.0.0.0:" + std::to_string(ring_port_0)
                 : "LOCKSTEP_LISTEN=w1:" + std::to_string(ring_port_1),
-      "LOCKSTEP_REPLICAS_PER_WORKER=1", "CUDA_VISIBLE_DEVICES="};
+      "LOCKSTEP_REPLICAS_PER_WORKER=1", "LOCKSTEP_TRANSPORT=tcp", "CUDA_VISIBLE_DEVICES="};
     variables.insert(variables.end(), extra.begin(), extra.end());
     return environment_with(variables);
   }
