@@ -29,7 +29,8 @@
 #               gloo::AllreduceHalvingDoubling<float>, constructed once per size.
 #               Both over gloo::transport::tcp on 127.0.0.1, FileStore rendezvous.
 #   lockstep    build/bench/allreduce --workers LIST: multi_worker_mirrored_strategy,
-#               one CPU replica per worker, K back-to-back in-place
+#               one CPU replica per worker, on the TCP ring (LOCKSTEP_TRANSPORT=tcp:
+#               the workers share this host's memory, which they would use else), K back-to-back in-place
 #               ctx.all_reduce calls inside one strategy.run; it first measures
 #               the loopback bound (two opposite TCP streams of 64 MiB messages,
 #               total payload rate P; algbw <= P / 2(W-1)).
@@ -211,7 +212,9 @@ run_arm() {
         || launch socket_floor-2 "$work/socket_floor" --sizes 4 --reps "$reps" \
           --target-ms "$budget_ms" ;;
     lockstep)
-      launch lockstep "$allreduce" --workers "$workers" --sizes "$sizes" --reps "$reps" \
+      # The ring, even where the workers share memory (they all run here).
+      launch lockstep env LOCKSTEP_TRANSPORT=tcp "$allreduce" --workers "$workers" \
+        --sizes "$sizes" --reps "$reps" \
         --budget-ms "$budget_ms" --json "$work/round-$round-lockstep.json" ;;
   esac
 }

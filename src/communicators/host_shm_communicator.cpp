@@ -4,6 +4,7 @@
 #include "collectives/chunk_reduction.hpp"
 #include "collectives/thread_scratch.hpp"
 #include "runtime/error_text.hpp"
+#include "runtime/fault_injection.hpp"
 #include "runtime/spin_wait.hpp"
 #include "transport/shm/shared_wait.hpp"
 
@@ -294,6 +295,7 @@ void host_shm_communicator::run(std::size_t rank, collective_fingerprint f,
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;
   try {
     throw_if_broken();
+    fault_point("agree");
     layout_->lines[rank_].reached.store(f.seq, std::memory_order_release);
     // The agreement: this rank's record in this collective's area, a
     // barrier, every rank's record read and checked.
@@ -310,6 +312,8 @@ void host_shm_communicator::run(std::size_t rank, collective_fingerprint f,
     layout_->lines[rank_].record_size[area].store(static_cast<std::uint32_t>(mine.size()),
                                                   std::memory_order_release);
     work.fill_first();
+    if (!payload.empty())
+      fault_point("all-gather"); // the small path's data went out with the record
     pass_barrier(deadline, f, options.timeout);
     for (std::size_t r = 0; r < ranks_; ++r) {
       if (r == rank_)
@@ -449,7 +453,7 @@ void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
       const auto fill = [&](std::size_t offset, std::size_t length) {
         read_pack(pack_in, offset, mine, length);
       };
-      const auto combine = [&](std::size_t, std::size_t length) {
+      const auto combine = [&](std::size_t offset, std::size_t length) {
         const auto count = length / element;
         const auto begin = count * rank_ / ranks_;
         const auto end = count * (rank_ + 1) / ranks_;
@@ -463,10 +467,14 @@ void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
                                                                    scratch_chunk, block);
           });
         });
+        if (offset == 0)
+          fault_point("reduce-scatter");
         return true;
       };
       const auto drain = [&](std::size_t offset, std::size_t length) {
         write_pack(pack_out, offset, mine, length);
+        if (offset == 0)
+          fault_point("all-gather");
       };
       run(rank, f, options, {},
           collective_work{[&] { fill(0, std::min(chunk, bytes)); },

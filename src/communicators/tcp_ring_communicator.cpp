@@ -331,6 +331,11 @@ void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::s
   });
 }
 
+void tcp_ring_communicator::restart_numbering() noexcept {
+  std::lock_guard lock{mutex_};
+  last_seq_ = 0;
+}
+
 // -- the session -------------------------------------------------------------------
 
 std::uint64_t tcp_ring_communicator::next_seq(std::size_t rank) const {

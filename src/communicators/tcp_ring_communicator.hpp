@@ -77,6 +77,12 @@ public:
   /// The last collective this worker started (0 for none).
   std::uint64_t reached() const noexcept;
 
+  /// Counts the collectives from 1 again: the node's own collectives at
+  /// the start (the shared-memory probe, node/host_group.hpp) are not the
+  /// program's, whose errors number its collectives as it issued them.
+  /// Every worker calls it at the same point, between collectives.
+  void restart_numbering() noexcept;
+
   /// How long after a deadline a timeout_error may come (asking the others).
   std::chrono::milliseconds report_delay() const noexcept override;
 

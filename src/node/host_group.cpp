@@ -1,5 +1,6 @@
 #include "node/host_group.hpp"
 
+#include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
 #include "runtime/random_bytes.hpp"
 #include "transport/shm/shared_segment.hpp"
@@ -48,6 +49,7 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
                                                        std::chrono::milliseconds timeout) {
   if (world > host_shm_communicator::max_ranks) // every worker knows: none probes
     return nullptr;
+  const faults_paused not_the_programs; // LOCKSTEP_FAULT counts the program's collectives
   // 1. This worker's probe: a nonce in an object of its own. No /dev/shm
   // (or a full one) is a probe nobody can open.
   const auto nonce = random_bytes(nonce_bytes);

@@ -152,6 +152,7 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   // Workers that share this host's memory reduce through it, not the ring.
   host_ = join_host_group(*ring_, rank, spec.world_size, settings.force_tcp,
                           settings.join_timeout);
+  ring_->restart_numbering(); // the program's first collective is #1
   // The node actor watches the peers; control_links carries its messages.
   links_ = std::make_shared<control_links>(rank, std::move(joined.control),
                                            settings.heartbeat_interval);

@@ -89,10 +89,22 @@ fault parse(const char* text) {
 
 } // namespace
 
+namespace {
+thread_local int pauses = 0; // live faults_paused on this thread
+} // namespace
+
+faults_paused::faults_paused() noexcept {
+  ++pauses;
+}
+
+faults_paused::~faults_paused() {
+  --pauses;
+}
+
 void fault_point(std::string_view phase) {
   static fault armed = parse(std::getenv("LOCKSTEP_FAULT"));
   static std::atomic<long> remaining{armed.remaining};
-  if (armed.phase.empty() || phase != armed.phase) [[likely]]
+  if (armed.phase.empty() || phase != armed.phase || pauses != 0) [[likely]]
     return;
   if (!is_for_this_worker(armed) || remaining.fetch_sub(1) != 1)
     return;

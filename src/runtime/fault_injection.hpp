@@ -19,6 +19,12 @@
 //   ring-connect    joined, in the middle of connecting the ring (its
 //                   hello sent to the next worker), not a collective
 //
+// Workers on shared memory (communicators/host_shm_communicator.hpp) reach
+// the same phases: agree before their record goes out; all-gather with the
+// small all-reduce's record written, or after a large one's first chunk
+// came back; reduce-scatter after their slice of a large all-reduce's
+// first chunk.
+//
 // With LOCKSTEP_FAULT_RANK=<r> and/or LOCKSTEP_FAULT_GENERATION=<g> as
 // well, only the worker of that rank and generation counts and acts (so a
 // launcher may pass one environment to every worker and every restart);
@@ -35,6 +41,17 @@ namespace lockstep::detail {
 /// Acts on LOCKSTEP_FAULT when it names `phase` (read once, on the first
 /// call); value_error naming the variable when it is malformed.
 void fault_point(std::string_view phase);
+
+/// While one lives, this thread's fault points are not counted: the node's
+/// own collectives at its start (the shared-memory probe) are not the
+/// program's, which the tests' counts are about.
+class faults_paused {
+public:
+  faults_paused() noexcept;
+  ~faults_paused();
+  faults_paused(const faults_paused&) = delete;
+  faults_paused& operator=(const faults_paused&) = delete;
+};
 
 /// This process's worker rank and generation, for LOCKSTEP_FAULT_RANK and
 /// LOCKSTEP_FAULT_GENERATION; until it is called, a fault that names

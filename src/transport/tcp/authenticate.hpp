@@ -17,7 +17,8 @@ namespace lockstep::detail {
 /// How long a handshake may take, by default.
 inline constexpr std::chrono::seconds handshake_timeout{5};
 
-/// The server closed the connection before its challenge: it refused this
+/// The server closed the connection before the first byte of its
+/// challenge: it refused this
 /// client (another job or generation), or what the client reached was not
 /// the server but something in front of it (a proxy, a load balancer, a
 /// Kubernetes service) that accepts and then closes while the server does
@@ -40,10 +41,11 @@ authenticated_peer authenticate_client(tcp_socket& socket, std::span<const std::
 
 /// Inside a catch block of a client's handshake with `server_address`:
 /// rethrows what authenticate_client throws for that failure (a closed
-/// connection is a refusal, a wrong proof a failure, a timeout names the
-/// server), and anything else unchanged. For a client's handshake run in
-/// steps (connect_ring).
-[[noreturn]] void rethrow_as_client_error(const std::string& server_address);
+/// connection is a refusal: handshake_closed unless the server had sent a
+/// byte (`heard`); a wrong proof a failure; a timeout names the server),
+/// and anything else unchanged. For a client's handshake run in steps
+/// (connect_ring).
+[[noreturn]] void rethrow_as_client_error(const std::string& server_address, bool heard = false);
 
 /// Checks a client's proof and proves the token to it. Throws
 /// handshake_refused (the reason, for the log), connection_closed or
