@@ -200,6 +200,44 @@ TEST_CASE("choose_the_best picks on_device_all_reduce for logical GPUs of one ph
   }
 }
 
+TEST_CASE("a pod of four logical GPUs: 2 replicas of 2 logical cores, a part on core 1, a "
+          "variable under core 1, MEAN across the replicas") {
+  const auto topology = pod_topology::from_devices(logical());
+  pod_strategy pod{topology, device_assignment::build(topology, {1, 1, 1, 2}, {}, 2)};
+  REQUIRE(pod.num_replicas_in_sync() == 2);
+  auto scope = pod.scope();
+  auto w = [&] {
+    auto core = pod.extended().experimental_logical_device(1);
+    return variable{tensor::from<float>({1, 2, 3}, {3})};
+  }();
+  const auto& a = pod.device_assignment();
+  CHECK(w.devices() == std::vector<device_spec>{a.device(0, 1), a.device(1, 1)});
+  auto out = pod.run([&](replica_context& ctx) {
+    const auto r = static_cast<float>(ctx.replica_id_in_sync_group());
+    const auto x = tensor::from<float>({r + 1, r + 2, r + 3}, {3}, current_device());
+    // On core 1: x (copied there) times the replica's copy of w, on the GPU.
+    auto y = ctx.experimental_logical_device(1, [&w, x] {
+      auto product = x.to(current_device());
+      const auto wv = w.read_value();
+      const auto ok = wv.device() == current_device();
+      auto host_product = product.to(host);
+      const auto host_w = wv.to(host);
+      for (std::size_t k = 0; k < 3; ++k)
+        host_product.data<float>()[k] *= host_w.data<float>()[k];
+      return std::pair{host_product.to(current_device()), ok};
+    });
+    // Checked on the test's thread: doctest's checks are not for replicas'.
+    return std::vector<tensor>{ctx.all_reduce(reduce_op::mean, y.first.to(current_device())),
+                               tensor::scalar(y.second ? 1.0f : 0.0f)};
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(out[r][0].device() == a.device(r, 0));
+    CHECK(out[r][1].to(host).at<float>(0) == 1.0f); // the part read its core's copy of w
+    // mean over r of (r + 1 + k) * (k + 1): (1.5 + k) * (k + 1)
+    CHECK(out[r][0].to(host) == tensor::from<float>({1.5f, 5, 10.5f}, {3}, host));
+  }
+}
+
 TEST_CASE("a mirrored strategy on four logical GPUs: replica all_reduce SUM and MEAN") {
   logical();
   mirrored_strategy s{logical()};
