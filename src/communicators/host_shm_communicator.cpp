@@ -158,7 +158,9 @@ host_shm_communicator::host_shm_communicator(shared_segment segment, std::size_t
     ranks_(ranks),
     slot_bytes_(round_up(slot_bytes, 64)),
     workers_(std::move(workers)),
-    spin_(spin_budget(processes_on_host)) {
+    spin_(spin_budget(processes_on_host)),
+    session_("host_shm", rank, ranks, rank < workers_.size() ? workers_[rank] : rank,
+             "the workers of its host (shared memory)") {
   if (ranks == 0 || ranks > max_ranks || rank >= ranks || workers_.size() != ranks
       || segment_.size() != segment_bytes(ranks, slot_bytes) || layout_->magic != layout_magic
       || layout_->ranks != ranks || layout_->slot_bytes != slot_bytes)
@@ -177,7 +179,7 @@ std::size_t host_shm_communicator::size() const noexcept {
 }
 
 collective_session& host_shm_communicator::session() noexcept {
-  return *this;
+  return session_;
 }
 
 std::byte* host_shm_communicator::slot(std::size_t r) const noexcept {
@@ -275,23 +277,9 @@ template <class Work>
 void host_shm_communicator::run(std::size_t rank, collective_fingerprint f,
                                 const collective_options& options,
                                 std::span<const std::uint8_t> payload, Work work) {
-  if (rank != rank_)
-    throw value_error("host_shm: worker " + std::to_string(workers_[rank_])
-                      + "'s communicator called for rank " + std::to_string(rank));
-  {
-    std::lock_guard lock{mutex_};
-    if (f.seq < cancelled_below_)
-      std::rethrow_exception(cancel_reason_);
-    last_seq_ = std::max(last_seq_, f.seq);
-    running_ = f.seq;
-  }
-  const auto record = [&](const char* outcome) {
-    std::lock_guard lock{mutex_};
-    running_ = 0;
-    auto& entry = flight_[flights_++ % flight_.size()];
-    entry.issued = f;
-    entry.outcome = outcome;
-  };
+  session_.check_rank(rank);
+  session_.begin(f.seq);
+  const auto record = [&](const char* outcome) { session_.end(f, outcome); };
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;
   try {
     throw_if_broken();
@@ -407,7 +395,7 @@ void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
         || outputs[i].num_elements() != inputs[i].num_elements())
       throw value_error("host_shm all_reduce: output " + std::to_string(i)
                         + " does not match its input");
-  auto seq = std::max(first_seq, next_seq(rank));
+  auto seq = std::max(first_seq, session_.next_seq(rank));
   const auto batch = sign_batch(inputs);
   // One collective per run of tensors of one dtype.
   std::size_t first = 0;
@@ -509,7 +497,7 @@ void host_shm_communicator::all_gather(std::size_t rank, const tensor& input, te
     throw value_error("host_shm all_gather: the output needs " + std::to_string(ranks_)
                       + " blocks of the input's size and dtype");
   collective_fingerprint f;
-  f.seq = next_seq(rank);
+  f.seq = session_.next_seq(rank);
   f.op = "all_gather";
   f.tag = options.tag;
   f.epoch = options.epoch;
@@ -546,7 +534,7 @@ void host_shm_communicator::broadcast(std::size_t rank, std::size_t root,
     throw value_error("host_shm broadcast: root " + std::to_string(root) + " of "
                       + std::to_string(ranks_) + " ranks");
   collective_fingerprint f;
-  f.seq = next_seq(rank);
+  f.seq = session_.next_seq(rank);
   f.op = "broadcast";
   f.reduction = "from " + std::to_string(root);
   f.tag = options.tag;
@@ -571,59 +559,6 @@ void host_shm_communicator::broadcast(std::size_t rank, std::size_t root,
                                         pass_barrier(deadline, f, options.timeout);
                                       });
                       }});
-}
-
-// -- the session -------------------------------------------------------------------
-
-std::uint64_t host_shm_communicator::next_seq(std::size_t rank) const {
-  if (rank != rank_)
-    throw value_error("host_shm: worker " + std::to_string(workers_[rank_])
-                      + "'s communicator called for rank " + std::to_string(rank));
-  std::lock_guard lock{mutex_};
-  return last_seq_ + 1;
-}
-
-void host_shm_communicator::cancel_below(std::uint64_t seq, std::exception_ptr reason) {
-  std::lock_guard lock{mutex_};
-  if (seq <= cancelled_below_)
-    return;
-  cancelled_below_ = seq;
-  cancel_reason_ = reason ? reason
-                          : std::make_exception_ptr(error("host_shm: collective cancelled"));
-}
-
-std::uint64_t host_shm_communicator::cancelled_below() const noexcept {
-  std::lock_guard lock{mutex_};
-  return cancelled_below_;
-}
-
-void host_shm_communicator::depart(std::size_t, std::uint64_t) {
-  // One rank per process: nobody here waits for this rank. The other
-  // workers learn of a departure from the fingerprints' epochs.
-}
-
-bool host_shm_communicator::waiting(std::size_t rank, std::uint64_t from_seq) const noexcept {
-  std::lock_guard lock{mutex_};
-  return rank == rank_ && running_ != 0 && running_ >= from_seq;
-}
-
-std::string host_shm_communicator::stall_report(std::uint64_t from_seq) const {
-  std::lock_guard lock{mutex_};
-  if (running_ == 0 || running_ < from_seq)
-    return "";
-  return "worker " + std::to_string(workers_[rank_])
-         + " waits on the workers of its host (shared memory) in collective #"
-         + std::to_string(running_);
-}
-
-std::string host_shm_communicator::dump() const {
-  std::lock_guard lock{mutex_};
-  std::string text;
-  for (auto i = flights_ - std::min(flights_, flight_.size()); i < flights_; ++i) {
-    const auto& entry = flight_[i % flight_.size()];
-    text += entry.issued.to_string() + ": " + entry.outcome + "\n";
-  }
-  return text;
 }
 
 } // namespace lockstep::detail

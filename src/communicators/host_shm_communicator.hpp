@@ -40,21 +40,20 @@
 
 #include "collectives/communicator.hpp"
 #include "collectives/ring_records.hpp"
+#include "collectives/worker_session.hpp"
 #include "runtime/error_value.hpp"
 #include "transport/shm/shared_segment.hpp"
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 namespace lockstep::detail {
 
 struct host_segment_layout;
 
-class host_shm_communicator final : public communicator, private collective_session {
+class host_shm_communicator final : public communicator {
 public:
   /// Bytes of each rank's data slot: the largest chunk.
   static constexpr std::size_t default_slot_bytes = 256 * 1024;
@@ -104,15 +103,6 @@ public:
                  const collective_options& options) override;
 
 private:
-  // -- collective_session, for this process's rank ------------------------------
-  std::uint64_t next_seq(std::size_t rank) const override;
-  void cancel_below(std::uint64_t seq, std::exception_ptr reason) override;
-  std::uint64_t cancelled_below() const noexcept override;
-  void depart(std::size_t rank, std::uint64_t epoch) override;
-  bool waiting(std::size_t rank, std::uint64_t from_seq) const noexcept override;
-  std::string stall_report(std::uint64_t from_seq) const override;
-  std::string dump() const override;
-
   using time_point = std::chrono::steady_clock::time_point;
 
   /// Runs collective `f`: agrees on it with every rank (with `payload`, the
@@ -160,17 +150,7 @@ private:
   std::uint64_t phase_ = 0;      // barriers this rank passed
   std::uint64_t collectives_ = 0; // collectives this rank ran (which record area)
   ring_records records_;          // the frames, decoded from the segment
-  mutable std::mutex mutex_;      // guards the fields below (other threads read them)
-  std::uint64_t last_seq_ = 0;
-  std::uint64_t cancelled_below_ = 0;
-  std::exception_ptr cancel_reason_;
-  std::uint64_t running_ = 0;
-  struct flight_entry {
-    collective_fingerprint issued;
-    const char* outcome = nullptr;
-  };
-  std::array<flight_entry, 16> flight_;
-  std::size_t flights_ = 0;
+  worker_session session_;
 };
 
 } // namespace lockstep::detail

@@ -25,7 +25,9 @@ std::span<const std::uint8_t> bytes_of(const tensor& t) {
 
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
                                              std::shared_ptr<boost::asio::io_context> context)
-  : context_(std::move(context)), link_(std::move(links)) {}
+  : context_(std::move(context)),
+    link_(std::move(links)),
+    session_("tcp_ring", link_.rank(), link_.size(), link_.rank(), "the ring of workers") {}
 
 void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
   {
@@ -46,8 +48,7 @@ void tcp_ring_communicator::explain_timeouts(std::chrono::milliseconds delay,
 }
 
 std::uint64_t tcp_ring_communicator::reached() const noexcept {
-  std::lock_guard lock{mutex_};
-  return last_seq_;
+  return session_.last_begun();
 }
 
 std::chrono::milliseconds tcp_ring_communicator::report_delay() const noexcept {
@@ -69,35 +70,20 @@ std::size_t tcp_ring_communicator::size() const noexcept {
 }
 
 collective_session& tcp_ring_communicator::session() noexcept {
-  return *this;
-}
-
-void tcp_ring_communicator::check_rank(std::size_t rank) const {
-  if (rank != link_.rank())
-    throw value_error("tcp_ring: worker " + std::to_string(link_.rank())
-                      + "'s communicator called for rank " + std::to_string(rank));
+  return session_;
 }
 
 template <class Work>
 void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
                                 const collective_options& options, Work work) {
-  check_rank(rank);
+  session_.check_rank(rank);
   {
     std::lock_guard lock{mutex_};
     if (!broken_.message.empty())
       rethrow(broken_);
-    if (f.seq < cancelled_below_)
-      std::rethrow_exception(cancel_reason_);
-    last_seq_ = std::max(last_seq_, f.seq);
-    running_ = f.seq;
   }
-  const auto record = [&](const char* outcome) {
-    std::lock_guard lock{mutex_};
-    running_ = 0;
-    auto& entry = flight_[flights_++ % flight_.size()];
-    entry.issued = f;
-    entry.outcome = outcome;
-  };
+  session_.begin(f.seq);
+  const auto record = [&](const char* outcome) { session_.end(f, outcome); };
   const auto broke = [&](const std::string& why) {
     link_.shut_down(); // the neighbours fail at once instead of at their deadlines
     error_value reason;
@@ -201,7 +187,7 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
   if (inputs.size() != outputs.size())
     throw value_error("tcp_ring all_reduce: " + std::to_string(inputs.size()) + " inputs but "
                       + std::to_string(outputs.size()) + " outputs");
-  auto seq = std::max(first_seq, next_seq(rank));
+  auto seq = std::max(first_seq, session_.next_seq(rank));
   const auto batch = sign_batch(inputs);
   // One ring collective per run of tensors of one dtype, through one
   // contiguous buffer.
@@ -295,7 +281,7 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
     throw value_error("tcp_ring all_gather: the output needs " + std::to_string(world)
                       + " blocks of the input's size and dtype");
   collective_fingerprint f;
-  f.seq = next_seq(rank);
+  f.seq = session_.next_seq(rank);
   f.op = "all_gather";
   f.tag = options.tag;
   f.epoch = options.epoch;
@@ -315,7 +301,7 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
 void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
                                       const collective_options& options) {
   collective_fingerprint f;
-  f.seq = next_seq(rank);
+  f.seq = session_.next_seq(rank);
   f.op = "broadcast";
   f.reduction = "from " + std::to_string(root);
   f.tag = options.tag;
@@ -332,58 +318,7 @@ void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::s
 }
 
 void tcp_ring_communicator::restart_numbering() noexcept {
-  std::lock_guard lock{mutex_};
-  last_seq_ = 0;
-}
-
-// -- the session -------------------------------------------------------------------
-
-std::uint64_t tcp_ring_communicator::next_seq(std::size_t rank) const {
-  check_rank(rank);
-  std::lock_guard lock{mutex_};
-  return last_seq_ + 1;
-}
-
-void tcp_ring_communicator::cancel_below(std::uint64_t seq, std::exception_ptr reason) {
-  std::lock_guard lock{mutex_};
-  if (seq <= cancelled_below_)
-    return;
-  cancelled_below_ = seq;
-  cancel_reason_ = reason ? reason
-                          : std::make_exception_ptr(error("tcp_ring: collective cancelled"));
-}
-
-std::uint64_t tcp_ring_communicator::cancelled_below() const noexcept {
-  std::lock_guard lock{mutex_};
-  return cancelled_below_;
-}
-
-void tcp_ring_communicator::depart(std::size_t, std::uint64_t) {
-  // One rank per process: nobody here waits for this rank. The other
-  // workers learn of a departure from the fingerprints' epochs.
-}
-
-bool tcp_ring_communicator::waiting(std::size_t rank, std::uint64_t from_seq) const noexcept {
-  std::lock_guard lock{mutex_};
-  return rank == link_.rank() && running_ != 0 && running_ >= from_seq;
-}
-
-std::string tcp_ring_communicator::stall_report(std::uint64_t from_seq) const {
-  std::lock_guard lock{mutex_};
-  if (running_ == 0 || running_ < from_seq)
-    return "";
-  return "worker " + std::to_string(link_.rank()) + " waits on the ring of workers in collective #"
-         + std::to_string(running_);
-}
-
-std::string tcp_ring_communicator::dump() const {
-  std::lock_guard lock{mutex_};
-  std::string text;
-  for (auto i = flights_ - std::min(flights_, flight_.size()); i < flights_; ++i) {
-    const auto& entry = flight_[i % flight_.size()];
-    text += entry.issued.to_string() + ": " + entry.outcome + "\n";
-  }
-  return text;
+  session_.restart_numbering();
 }
 
 } // namespace lockstep::detail

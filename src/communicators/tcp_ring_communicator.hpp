@@ -38,12 +38,13 @@
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/communicator.hpp"
 #include "collectives/ring_records.hpp"
+#include "collectives/worker_session.hpp"
 #include "runtime/error_value.hpp"
 #include "transport/tcp/tcp_link.hpp"
 
 namespace lockstep::detail {
 
-class tcp_ring_communicator final : public communicator, private collective_session {
+class tcp_ring_communicator final : public communicator {
 public:
   /// `links`: the ring's connections, connected (connect_ring); `context`:
   /// the io_context of their sockets, kept alive as long as they are (null
@@ -107,15 +108,6 @@ public:
                  const collective_options& options) override;
 
 private:
-  // -- collective_session, for this process's rank ------------------------------
-  std::uint64_t next_seq(std::size_t rank) const override;
-  void cancel_below(std::uint64_t seq, std::exception_ptr reason) override;
-  std::uint64_t cancelled_below() const noexcept override;
-  void depart(std::size_t rank, std::uint64_t epoch) override;
-  bool waiting(std::size_t rank, std::uint64_t from_seq) const noexcept override;
-  std::string stall_report(std::uint64_t from_seq) const override;
-  std::string dump() const override;
-
   /// Runs `work(f, deadline)` as collective `f` on the ring: the work
   /// agrees on `f` (with the caller's failure) and moves the data, in one
   /// pass or two (ring_collectives.hpp); records the outcome; turns a
@@ -123,8 +115,6 @@ private:
   template <class Work>
   void run(std::size_t rank, collective_fingerprint f, const collective_options& options,
            Work work);
-
-  void check_rank(std::size_t rank) const;
 
   /// The timeout_error of collective `f`, which waited `timeout` until the
   /// deadline and then stalled as `stalled` says: asks which workers
@@ -135,26 +125,14 @@ private:
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the link
   tcp_link link_;
   ring_records records_; // the agreements' buffers, reused: the hot path allocates little
+  worker_session session_;
   mutable std::mutex mutex_; // guards what other threads read: the fields below
-  std::uint64_t last_seq_ = 0;
-  std::uint64_t cancelled_below_ = 0;
-  std::exception_ptr cancel_reason_;
-  std::uint64_t running_ = 0; // the collective in progress, 0 for none
   error_value broken_;        // why the ring broke; its message empty while it works
   std::condition_variable explained_; // notified when broken_ is set
   std::chrono::milliseconds grace_{0};
   std::chrono::milliseconds report_delay_{0};
   progress_question ask_;     // set before the first collective
   failure_notice tell_;
-  /// The flight recorder: the last collectives and how each ended, in a
-  /// ring of slots (overwritten by assignment, which reuses the strings'
-  /// buffers; dump() formats them).
-  struct flight_entry {
-    collective_fingerprint issued;
-    const char* outcome = nullptr;
-  };
-  std::array<flight_entry, 16> flight_;
-  std::size_t flights_ = 0; // entries ever written
 };
 
 } // namespace lockstep::detail
