@@ -16,6 +16,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -34,17 +35,20 @@ using namespace std::chrono_literals;
 /// is TF_CONFIG's chief and process i worker i - 1. `transport`:
 /// LOCKSTEP_TRANSPORT, "tcp" (the ring, which the fault points and texts of
 /// most cases here are about) unless a case asks for "auto" (shared memory:
-/// the workers all run on this host).
+/// the workers all run on this host). `launcher`: a command each worker
+/// program runs under (its arguments, the program's path appended).
 std::vector<process> start_cluster(const temp_folder& folder, const std::vector<int>& replicas,
                                    const std::vector<std::string>& args,
                                    const std::vector<std::string>& last_worker_environment = {},
                                    const std::vector<std::string>& others_environment = {},
                                    bool with_chief = false,
-                                   const std::string& transport = "tcp") {
+                                   const std::string& transport = "tcp",
+                                   const std::vector<std::string>& launcher = {}) {
   const auto base = free_ports(static_cast<int>(replicas.size()));
   std::vector<process> processes;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
-    std::vector<std::string> argv{test_program("MULTI_WORKER_PROGRAM")};
+    std::vector<std::string> argv = launcher;
+    argv.push_back(test_program("MULTI_WORKER_PROGRAM"));
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> environment{tf_config(base, replicas.size(), i, with_chief),
                                          "LOCKSTEP_CLUSTER_TOKEN=multi-worker-test-token-0123",
@@ -121,6 +125,32 @@ TEST_CASE("workers of one host reduce through shared memory: every op, dtype and
     auto processes = start_cluster(folder, {2, 2, 2}, {"skipped", "0"}, {}, {}, false, "auto");
     wait_all(processes, 60s);
     require_all_ok(processes, "ok skipped");
+  }
+}
+
+TEST_CASE("shared memory is probed, not assumed: workers of one host whose /dev/shm are their "
+          "own keep to the ring") {
+  // Each worker in a mount namespace of its own with a fresh /dev/shm (as
+  // in containers of one machine): same host, same name, no shared memory.
+  const std::vector<std::string> private_shm{
+    "unshare", "--mount", "--propagation", "private", "sh", "-c",
+    "mount -t tmpfs -o size=16m tmpfs /dev/shm && exec \"$0\" \"$@\""};
+  if (::geteuid() != 0
+      || std::system("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
+    MESSAGE("skipped: needs root and unshare(1) to give each worker a /dev/shm of its own");
+    return;
+  }
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    temp_folder folder;
+    auto processes = start_cluster(folder, {2, 2}, {"collectives"}, {"LOCKSTEP_LOG=info"},
+                                   {"LOCKSTEP_LOG=info"}, false, "auto",
+                                   shared ? std::vector<std::string>{} : private_shm);
+    wait_all(processes, 120s);
+    require_all_ok(processes, "ok collectives: 2 workers x 2 replicas");
+    require_all_ok(processes, shared ? "shared memory: the 2 workers share this host's memory"
+                                     : "shared memory: not every worker shares memory with "
+                                       "every other; the ring carries the collectives");
   }
 }
 
