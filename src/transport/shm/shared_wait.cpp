@@ -5,12 +5,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <climits>
 
 namespace lockstep::detail {
 
 namespace {
+
+/// How long a waiter that may not poll yields its CPU before it sleeps.
+constexpr std::chrono::microseconds yield_phase{200};
 
 /// Sleeps while `word` holds `seen`, at most `limit`; a shared futex (not
 /// FUTEX_PRIVATE_FLAG): its sleepers and wakers are other processes.
@@ -47,6 +52,18 @@ wait_end wait_on(shared_wake_word& word, const std::function<bool()>& ready,
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+    }
+  }
+  // Processes that outnumber the CPUs do not poll: they yield their CPU
+  // for a while first, to the process that will produce what they wait
+  // for (often on this CPU), as Open MPI's yield_when_idle does, then
+  // sleep.
+  if (spin.count() == 0) {
+    const auto yield_until = clock::now() + yield_phase;
+    while (clock::now() < yield_until) {
+      if (ready())
+        return wait_end::ready;
+      ::sched_yield();
     }
   }
   for (;;) {

@@ -1,8 +1,8 @@
 #pragma once
 
 // Waits between processes on a word of shared memory: a waiter polls for
-// its spin budget (only while every waiting process has a CPU), then
-// sleeps on the word (a futex shared between processes) in slices of at
+// its spin budget (only while every waiting process has a CPU; else it
+// yields its CPU for a moment instead), then sleeps on the word (a futex shared between processes) in slices of at
 // most `check_every`, so that it looks at its deadline and at whether the
 // group broke between sleeps: a dead process never wakes it, and a wait
 // never outlives its deadline.
@@ -32,7 +32,8 @@ enum class wait_end { ready, deadline, stopped };
 
 /// Waits until `ready()` is true (ready), `stopped()` is true (stopped),
 /// or `deadline` passes (deadline), whichever comes first; checks them at
-/// least every `check_every`. Polls for `spin` first.
+/// least every `check_every`. Polls for `spin` first; with no spin budget
+/// (more waiting processes than CPUs) it yields its CPU for 200 us first.
 wait_end wait_on(shared_wake_word& word, const std::function<bool()>& ready,
                  const std::function<bool()>& stopped,
                  std::chrono::steady_clock::time_point deadline, std::chrono::microseconds spin,
