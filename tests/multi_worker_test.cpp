@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -119,6 +120,10 @@ TEST_CASE("workers of one host reduce through shared memory: every op, dtype and
     temp_folder folder;
     auto processes = start_cluster(folder, {1, 1, 1}, {"lost", how}, {}, {}, false, "auto");
     check_survivors_and_victim(processes);
+    // Killed or not, no worker left a segment of this job in /dev/shm.
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+      CHECK_MESSAGE(!entry.path().filename().string().starts_with("lockstep-multi-worker-tes"),
+                    entry.path());
   }
   {
     temp_folder folder;

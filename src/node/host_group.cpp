@@ -6,6 +6,7 @@
 #include "transport/shm/shared_segment.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <optional>
 
@@ -35,6 +36,18 @@ std::byte* bytes_of(tensor& t) {
   return static_cast<std::byte*>(t.raw_data());
 }
 
+/// The names of the group's objects that this worker learned: it removes
+/// them all when the probe ends, however it ends, so that an object whose
+/// creator died after it published the name is not left behind (a name
+/// removed twice is no error).
+struct learned_names {
+  std::vector<std::string> names;
+  ~learned_names() {
+    for (const auto& name : names)
+      remove_segment_name(name);
+  }
+};
+
 /// The name held in `at` (name_bytes, zero-padded).
 std::string name_at(const std::byte* at) {
   const auto* text = reinterpret_cast<const char*>(at);
@@ -43,9 +56,17 @@ std::string name_at(const std::byte* at) {
 
 } // namespace
 
+std::string segment_prefix(const std::string& job_id) {
+  std::string out;
+  for (const char c : job_id)
+    if (out.size() < 16 && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+      out += c;
+  return out + "-";
+}
+
 std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ring,
                                                        std::size_t rank, std::size_t world,
-                                                       bool wants_tcp,
+                                                       const std::string& job_id, bool wants_tcp,
                                                        std::chrono::milliseconds timeout) {
   if (world > host_shm_communicator::max_ranks) // every worker knows: none probes
     return nullptr;
@@ -55,7 +76,7 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
   const auto nonce = random_bytes(nonce_bytes);
   std::optional<shared_segment> probe;
   try {
-    probe = shared_segment::create(new_segment_name("probe"), probe_bytes);
+    probe = shared_segment::create(new_segment_name(segment_prefix(job_id) + "probe"), probe_bytes);
     std::memcpy(probe->data(), nonce.data(), nonce_bytes);
   } catch (const lockstep::error& e) {
     LOCKSTEP_LOG_INFO("shared memory: no probe ({}); the ring carries the collectives", e.what());
@@ -67,6 +88,7 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
     std::memcpy(entry + 8, probe->name().data(), std::min(probe->name().size(), name_bytes - 1));
   std::memcpy(entry + 8 + name_bytes, nonce.data(), nonce_bytes);
   auto entries = carrier(entry_bytes * world);
+  learned_names learned;
   ring.all_gather(rank, mine, entries, options_of(timeout, "shared memory probe"));
 
   // 2. Which probes this worker can open, and read its nonce from.
@@ -77,6 +99,8 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
     const auto* theirs = bytes_of(entries) + r * entry_size;
     tcp = tcp || theirs[0] != std::byte{0};
     const auto name = name_at(theirs + 8);
+    if (!name.empty())
+      learned.names.push_back(name);
     const auto opened = r == rank || name.empty() ? std::nullopt
                                                   : shared_segment::open(name, probe_bytes);
     reach.data<std::int64_t>()[r]
@@ -103,7 +127,7 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
   auto name = carrier(name_bytes);
   if (rank == 0) {
     try {
-      segment = shared_segment::create(new_segment_name("group"), bytes);
+      segment = shared_segment::create(new_segment_name(segment_prefix(job_id) + "group"), bytes);
       host_shm_communicator::initialize(*segment, world, slot);
       std::memcpy(bytes_of(name), segment->name().data(),
                   std::min(segment->name().size(), name_bytes - 1));
@@ -112,9 +136,9 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
     }
   }
   ring.broadcast(rank, 0, {&name, 1}, options_of(timeout, "shared memory segment"));
-  if (rank != 0) {
-    const auto text = name_at(bytes_of(name));
-    if (!text.empty())
+  if (const auto text = name_at(bytes_of(name)); !text.empty()) {
+    learned.names.push_back(text);
+    if (rank != 0)
       segment = shared_segment::open(text, bytes);
   }
   auto missing = tensor::from(std::vector<std::int64_t>{segment ? 0 : 1});

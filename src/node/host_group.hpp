@@ -26,11 +26,16 @@ namespace lockstep::detail {
 /// memory only in groups (several hosts) also get null: the hierarchical
 /// form (a group per host, the ring between their leaders) is not built
 /// yet. Every segment's name is removed once every worker mapped it, so
-/// none outlives the workers. Throws what the ring's collectives throw
-/// (each takes at most `timeout`).
+/// none outlives the workers; the names start with /lockstep-<job>-, the
+/// job id's first 16 letters, digits, '-' and '_' (segment_prefix). Throws
+/// what the ring's collectives throw (each takes at most `timeout`).
 std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ring,
                                                        std::size_t rank, std::size_t world,
-                                                       bool wants_tcp,
+                                                       const std::string& job_id, bool wants_tcp,
                                                        std::chrono::milliseconds timeout);
+
+/// "<job>-": what the names of job `job_id`'s segments start with, after
+/// "/lockstep-".
+std::string segment_prefix(const std::string& job_id);
 
 } // namespace lockstep::detail

@@ -150,7 +150,7 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   // coordinator's word of the loss arrives: give that word a moment.
   ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
   // Workers that share this host's memory reduce through it, not the ring.
-  host_ = join_host_group(*ring_, rank, spec.world_size, settings.force_tcp,
+  host_ = join_host_group(*ring_, rank, spec.world_size, spec.job_id, settings.force_tcp,
                           settings.join_timeout);
   ring_->restart_numbering(); // the program's first collective is #1
   // The node actor watches the peers; control_links carries its messages.

@@ -91,6 +91,10 @@ void shared_segment::unlink() noexcept {
   linked_ = false;
 }
 
+void remove_segment_name(const std::string& name) noexcept {
+  ::shm_unlink(name.c_str());
+}
+
 std::string new_segment_name(const std::string& prefix) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string name = "/lockstep-" + prefix + "-";

@@ -50,6 +50,10 @@ private:
   bool linked_ = false; // the creator's name is still there
 };
 
+/// Removes the name of another process's segment (one that may have died
+/// before it could); a name already gone is no error.
+void remove_segment_name(const std::string& name) noexcept;
+
 /// A name for a new segment: "/lockstep-<prefix>-<16 random hex digits>",
 /// unguessable, so that no other process opens it first.
 std::string new_segment_name(const std::string& prefix);
