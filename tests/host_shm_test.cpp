@@ -231,13 +231,19 @@ TEST_CASE("a pack of several dtypes, all-gather, broadcast and reduce-scatter") 
     if (buffers[1].data<double>()[3] != 1.5)
       throw std::runtime_error("broadcast of the second tensor");
 
-    // Reduce-scatter: block r of the sum.
-    const auto whole = make_input(dtype::i64, 6 * n, [&](std::size_t i) { return input_value(reduce_op::sum, r, i); });
-    auto block = tensor::zeros(dtype::i64, {6});
-    c.reduce_scatter(r, reduce_op::sum, whole, block, with_timeout());
-    for (std::size_t i = 0; i < 6; ++i)
-      if (block.data<std::int64_t>()[i] != expected_value<std::int64_t>(reduce_op::sum, n, 6 * r + i))
-        throw std::runtime_error("reduce_scatter element " + std::to_string(i));
+    // Reduce-scatter: block r of the sum, small and across chunks (blocks
+    // of 1500 int64 start and end inside 4 KiB chunks).
+    for (const std::size_t per_rank : {6, 1500}) {
+      const auto whole = make_input(dtype::i64, static_cast<std::int64_t>(per_rank * n),
+                                    [&](std::size_t i) { return input_value(reduce_op::sum, r, i); });
+      auto block = tensor::zeros(dtype::i64, {static_cast<std::int64_t>(per_rank)});
+      c.reduce_scatter(r, reduce_op::sum, whole, block, with_timeout());
+      for (std::size_t i = 0; i < per_rank; ++i)
+        if (block.data<std::int64_t>()[i]
+            != expected_value<std::int64_t>(reduce_op::sum, n, per_rank * r + i))
+          throw std::runtime_error("reduce_scatter of " + std::to_string(per_rank)
+                                   + " a rank, element " + std::to_string(i));
+    }
   }));
 }
 

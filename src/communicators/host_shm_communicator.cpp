@@ -383,6 +383,49 @@ collective_fingerprint all_reduce_fingerprint(std::uint64_t seq, reduce_op op,
 
 } // namespace
 
+template <class Drain>
+void host_shm_communicator::reduce_through_slots(std::size_t rank,
+                                                 const collective_fingerprint& f,
+                                                 const collective_options& options, reduce_op op,
+                                                 dtype type, std::span<const tensor> in,
+                                                 std::size_t bytes, Drain drain) {
+  const auto element = size_of(type);
+  const auto chunk = slot_bytes_ / element * element;
+  const auto mine = slot(rank_);
+  const auto fill = [&](std::size_t offset, std::size_t length) {
+    read_pack(in, offset, mine, length);
+  };
+  const auto combine = [&](std::size_t offset, std::size_t length) {
+    // Rank r reduces slice r of the chunk, in place in every slot.
+    const auto count = length / element;
+    const auto begin = count * rank_ / ranks_;
+    const auto end = count * (rank_ + 1) / ranks_;
+    visit_dtype(type, [&]<class T>(T) {
+      dispatch_op(op, [&](auto op_constant) {
+        const auto scratch_chunk = std::max<std::size_t>(1, default_chunk_bytes(ranks_) / sizeof(T));
+        auto* block = thread_scratch(scratch_chunk * scratch_per_element<T>);
+        const auto at = [&](std::size_t r) { return reinterpret_cast<T*>(slot(r)) + begin; };
+        reduce_to_every_output<decltype(op_constant)::value, T>(ranks_, at, at, end - begin,
+                                                               scratch_chunk, block);
+      });
+    });
+    if (offset == 0)
+      fault_point("reduce-scatter");
+    return true;
+  };
+  const auto read_out = [&](std::size_t offset, std::size_t length) {
+    drain(offset, mine, length);
+    if (offset == 0)
+      fault_point("all-gather");
+  };
+  run(rank, f, options, {},
+      collective_work{[&] { fill(0, std::min(chunk, bytes)); },
+                      [&](time_point deadline) {
+                        through_slots(bytes, chunk, deadline, f, options.timeout, fill, combine,
+                                      read_out);
+                      }});
+}
+
 void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
                                        std::span<const tensor> inputs, std::span<tensor> outputs,
                                        const collective_options& options,
@@ -434,42 +477,10 @@ void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
                             write_pack(pack_out, 0, out, bytes);
                           }});
     } else {
-      // Chunk by chunk through the slots; rank r reduces slice r of each.
-      const auto element = size_of(type);
-      const auto chunk = slot_bytes_ / element * element;
-      const auto mine = slot(rank_);
-      const auto fill = [&](std::size_t offset, std::size_t length) {
-        read_pack(pack_in, offset, mine, length);
-      };
-      const auto combine = [&](std::size_t offset, std::size_t length) {
-        const auto count = length / element;
-        const auto begin = count * rank_ / ranks_;
-        const auto end = count * (rank_ + 1) / ranks_;
-        visit_dtype(type, [&]<class T>(T) {
-          dispatch_op(op, [&](auto op_constant) {
-            const auto scratch_chunk = std::max<std::size_t>(
-              1, default_chunk_bytes(ranks_) / sizeof(T));
-            auto* block = thread_scratch(scratch_chunk * scratch_per_element<T>);
-            const auto at = [&](std::size_t r) { return reinterpret_cast<T*>(slot(r)) + begin; };
-            reduce_to_every_output<decltype(op_constant)::value, T>(ranks_, at, at, end - begin,
-                                                                   scratch_chunk, block);
-          });
-        });
-        if (offset == 0)
-          fault_point("reduce-scatter");
-        return true;
-      };
-      const auto drain = [&](std::size_t offset, std::size_t length) {
-        write_pack(pack_out, offset, mine, length);
-        if (offset == 0)
-          fault_point("all-gather");
-      };
-      run(rank, f, options, {},
-          collective_work{[&] { fill(0, std::min(chunk, bytes)); },
-                          [&](time_point deadline) {
-                            through_slots(bytes, chunk, deadline, f, options.timeout, fill,
-                                          combine, drain);
-                          }});
+      reduce_through_slots(rank, f, options, op, type, pack_in, bytes,
+                           [&](std::size_t offset, const std::byte* reduced, std::size_t length) {
+                             write_pack(pack_out, offset, reduced, length);
+                           });
     }
     first = last;
   } while (first < inputs.size());
@@ -481,13 +492,27 @@ void host_shm_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
       || static_cast<std::size_t>(input.num_elements()) != ranks_ * output.num_elements())
     throw value_error("host_shm reduce_scatter: the input needs " + std::to_string(ranks_)
                       + " blocks of the output's size and dtype");
-  // All-reduce, then keep this rank's block: the slots' reduce-scatter
-  // alone would move half the bytes (later; nothing calls it on a hot path).
-  auto whole = input.copy();
-  all_reduce(rank, op, {&input, 1}, {&whole, 1}, options);
+  collective_fingerprint f;
+  f.seq = session_.next_seq(rank);
+  f.op = "reduce_scatter";
+  f.reduction = std::string(to_string(op));
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.dtype = input.dtype();
+  f.shape = input.shape();
+  // The all-reduce's pass through the slots, each rank reading back only
+  // the part of each chunk in its own block.
   const auto block = output.byte_size();
-  if (block > 0)
-    std::memcpy(bytes_of(output).data(), bytes_of(whole).data() + rank * block, block);
+  const auto first = rank * block;
+  auto* out = bytes_of(output).data();
+  reduce_through_slots(rank, f, options, op, input.dtype(), {&input, 1}, input.byte_size(),
+                       [&](std::size_t offset, const std::byte* reduced, std::size_t length) {
+                         const auto from = std::max(offset, first);
+                         const auto to = std::min(offset + length, first + block);
+                         if (from < to)
+                           std::memcpy(out + (from - first), reduced + (from - offset),
+                                       to - from);
+                       });
 }
 
 void host_shm_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,

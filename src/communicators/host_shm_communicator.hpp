@@ -23,8 +23,9 @@
 //   into its slot; barrier; rank r reduces slice r of the chunk across
 //   every slot in rank order, in place in every slot (the in-process slice
 //   algorithm, collectives/chunk_reduction.hpp, one pass); barrier; each
-//   rank copies its slot out. All-gather and broadcast copy through the
-//   slots the same way.
+//   rank copies its slot out. A reduce-scatter is that pass, each rank
+//   reading back only its own block; all-gather and broadcast copy
+//   through the slots the same way.
 //
 // Every rank combines in rank order, so all ranks get the same bits on
 // every run. Waits (transport/shm/shared_wait.hpp) poll only while every
@@ -137,6 +138,15 @@ private:
   void through_slots(std::size_t bytes, std::size_t chunk, time_point deadline,
                      const collective_fingerprint& f, std::chrono::milliseconds timeout,
                      Fill fill, Combine combine, Drain drain);
+
+  /// Reduces `bytes` of the concatenation of `in` (elements of `type`)
+  /// across the ranks as collective `f`, chunk by chunk through the slots
+  /// (see the file comment); `drain(offset, reduced, length)` reads each
+  /// reduced chunk, bytes [offset, offset + length), from this rank's slot.
+  template <class Drain>
+  void reduce_through_slots(std::size_t rank, const collective_fingerprint& f,
+                            const collective_options& options, reduce_op op, dtype type,
+                            std::span<const tensor> in, std::size_t bytes, Drain drain);
 
   std::byte* slot(std::size_t r) const noexcept;
 
