@@ -164,6 +164,33 @@ batch_signature sign_batch(std::span<const tensor> tensors) {
   return {tensors.size(), dtypes.hash, shapes.hash};
 }
 
+collective_fingerprint all_reduce_fingerprint(std::uint64_t seq, reduce_op op,
+                                              std::span<const tensor> inputs, std::size_t first,
+                                              std::size_t last, const batch_signature& batch,
+                                              const collective_options& options) {
+  last = std::min(last, inputs.size());
+  collective_fingerprint f;
+  f.seq = seq;
+  f.op = "all_reduce";
+  f.reduction = std::string(to_string(op));
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.batch_tensors = batch.tensors;
+  f.batch_dtypes = batch.dtypes;
+  f.batch_shapes = batch.shapes;
+  f.tensors = last - first;
+  if (f.tensors > 0) {
+    f.dtype = inputs[first].dtype();
+    std::size_t bytes = 0;
+    for (auto i = first; i < last; ++i)
+      bytes += inputs[i].byte_size();
+    f.shape = f.tensors == 1 ? inputs[first].shape()
+                             : shape_t{static_cast<std::int64_t>(bytes / size_of(f.dtype))};
+    f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
+  }
+  return f;
+}
+
 namespace {
 
 /// Checks `mine`, whose inputs hold `total` elements, and returns the end

@@ -71,6 +71,15 @@ struct batch_signature {
 /// The signature of `tensors`.
 batch_signature sign_batch(std::span<const tensor> tensors);
 
+/// The fingerprint of collective `seq`, an all-reduce of `inputs[first,
+/// last)` (one run of tensors of one dtype, reduced as one pack) of the
+/// batch `batch` (sign_batch(inputs)), as a communicator between processes
+/// issues it: one collective per run of one dtype.
+collective_fingerprint all_reduce_fingerprint(std::uint64_t seq, reduce_op op,
+                                              std::span<const tensor> inputs, std::size_t first,
+                                              std::size_t last, const batch_signature& batch,
+                                              const collective_options& options);
+
 /// The chunk size for `ranks` ranks when collective_options::chunk_bytes is
 /// 0. Up to 4 ranks, 4 KiB: the scratch block and the chunks streaming
 /// through it stay in L1d (32 KiB here); measured on the 2-core VM, 2 ranks

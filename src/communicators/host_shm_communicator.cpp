@@ -354,33 +354,6 @@ struct collective_work {
 template <class First, class Rest>
 collective_work(First, Rest) -> collective_work<First, Rest>;
 
-/// The fingerprint of an all-reduce of `inputs[first, last)`, one dtype,
-/// of a batch `batch`.
-collective_fingerprint all_reduce_fingerprint(std::uint64_t seq, reduce_op op,
-                                              std::span<const tensor> inputs, std::size_t first,
-                                              std::size_t last, const batch_signature& batch,
-                                              const collective_options& options) {
-  collective_fingerprint f;
-  f.seq = seq;
-  f.op = "all_reduce";
-  f.reduction = std::string(to_string(op));
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.batch_tensors = batch.tensors;
-  f.batch_dtypes = batch.dtypes;
-  f.batch_shapes = batch.shapes;
-  f.tensors = last - first;
-  if (!inputs.empty()) {
-    f.dtype = inputs[first].dtype();
-    f.shape = f.tensors == 1
-                ? inputs[first].shape()
-                : shape_t{static_cast<std::int64_t>(pack_bytes(inputs.subspan(first, last - first))
-                                                    / size_of(f.dtype))};
-    f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
-  }
-  return f;
-}
-
 } // namespace
 
 template <class Drain>

@@ -196,15 +196,6 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
     auto last = first + 1;
     while (last < inputs.size() && inputs[last].dtype() == inputs[first].dtype())
       ++last;
-    collective_fingerprint f;
-    f.seq = seq++;
-    f.op = "all_reduce";
-    f.reduction = std::string(to_string(op));
-    f.tag = options.tag;
-    f.epoch = options.epoch;
-    f.batch_tensors = batch.tensors;
-    f.batch_dtypes = batch.dtypes;
-    f.batch_shapes = batch.shapes;
     std::size_t total = 0;
     for (auto i = first; i < last && i < inputs.size(); ++i) {
       if (outputs[i].dtype() != inputs[i].dtype()
@@ -213,13 +204,7 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
                           + " does not match its input");
       total += inputs[i].byte_size();
     }
-    f.tensors = std::min(last, inputs.size()) - first;
-    if (!inputs.empty()) {
-      f.dtype = inputs[first].dtype();
-      f.shape = f.tensors == 1 ? inputs[first].shape()
-                               : shape_t{static_cast<std::int64_t>(total / size_of(f.dtype))};
-      f.layout = f.tensors == 1 ? 0 : (batch.shapes ^ first) | 1;
-    }
+    auto f = all_reduce_fingerprint(seq++, op, inputs, first, last, batch, options);
     run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                          link::time_point deadline) {
       if (total == 0) { // nothing to move (and memcpy must not see a null buffer)
