@@ -44,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -87,18 +88,41 @@ std::size_t parse_count(const char* flag, const char* text, std::size_t least) {
   return value;
 }
 
-/// A loopback port that nobody listens on right now.
-int free_port() {
+/// True when a listener could bind `port` on every address now.
+bool bindable(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0
-      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    fail(std::string("cannot find a free port: ") + std::strerror(errno));
-  ::close(fd);
-  return ntohs(address.sin_port);
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  if (fd >= 0)
+    ::close(fd);
+  return ok;
+}
+
+/// A port that nobody listens on right now, below the kernel's ephemeral
+/// range (ip_local_port_range), so that no connection of this host is
+/// given it before the worker listens there (an ephemeral port, free when
+/// chosen, was once taken by another process's connection in between);
+/// chosen at random, so that launches at the same time rarely meet.
+int free_port() {
+  int ephemeral_low = 32768;
+  if (FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(range, "%d", &ephemeral_low) != 1)
+      ephemeral_low = 32768;
+    std::fclose(range);
+  }
+  constexpr int lowest = 10000;
+  if (ephemeral_low > lowest + 1) {
+    std::mt19937 random(std::random_device{}());
+    std::uniform_int_distribution<int> pick(lowest, ephemeral_low - 1);
+    for (int attempt = 0; attempt < 1000; ++attempt)
+      if (const int port = pick(random); bindable(port))
+        return port;
+  }
+  fail("cannot find a free port from " + std::to_string(lowest) + " to "
+       + std::to_string(ephemeral_low - 1));
 }
 
 /// 32 random bytes as 64 hex digits in a file in memory (memfd), readable
