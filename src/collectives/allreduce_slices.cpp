@@ -191,6 +191,39 @@ collective_fingerprint all_reduce_fingerprint(std::uint64_t seq, reduce_op op,
   return f;
 }
 
+collective_fingerprint all_gather_fingerprint(std::string_view what, std::size_t world,
+                                              std::uint64_t seq, const tensor& input,
+                                              const tensor& output,
+                                              const collective_options& options) {
+  if (input.dtype() != output.dtype()
+      || static_cast<std::size_t>(output.num_elements()) != world * input.num_elements())
+    throw value_error(std::string(what) + " all_gather: the output needs "
+                      + std::to_string(world) + " blocks of the input's size and dtype");
+  collective_fingerprint f;
+  f.seq = seq;
+  f.op = "all_gather";
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.dtype = input.dtype();
+  f.shape = input.shape();
+  return f;
+}
+
+collective_fingerprint broadcast_fingerprint(std::uint64_t seq, std::size_t root,
+                                             std::span<const tensor> buffers,
+                                             const collective_options& options) {
+  collective_fingerprint f;
+  f.seq = seq;
+  f.op = "broadcast";
+  f.reduction = "from " + std::to_string(root);
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.tensors = buffers.size();
+  f.batch_tensors = buffers.size();
+  f.batch_shapes = sign_batch(buffers).shapes;
+  return f;
+}
+
 namespace {
 
 /// Checks `mine`, whose inputs hold `total` elements, and returns the end

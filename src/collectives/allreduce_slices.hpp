@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "collectives/collective_group.hpp"
 #include "collectives/collective_options.hpp"
@@ -79,6 +80,21 @@ collective_fingerprint all_reduce_fingerprint(std::uint64_t seq, reduce_op op,
                                               std::span<const tensor> inputs, std::size_t first,
                                               std::size_t last, const batch_signature& batch,
                                               const collective_options& options);
+
+/// The fingerprint of collective `seq`, an all-gather of each rank's
+/// `input` into `output` among `world` ranks of the communicator `what`
+/// ("tcp_ring"), between processes. Throws value_error unless `output`
+/// holds `world` blocks of the input's size and dtype.
+collective_fingerprint all_gather_fingerprint(std::string_view what, std::size_t world,
+                                              std::uint64_t seq, const tensor& input,
+                                              const tensor& output,
+                                              const collective_options& options);
+
+/// The fingerprint of collective `seq`, a broadcast of `buffers` from rank
+/// `root`, between processes.
+collective_fingerprint broadcast_fingerprint(std::uint64_t seq, std::size_t root,
+                                             std::span<const tensor> buffers,
+                                             const collective_options& options);
 
 /// The chunk size for `ranks` ranks when collective_options::chunk_bytes is
 /// 0. Up to 4 ranks, 4 KiB: the scratch block and the chunks streaming

@@ -2,6 +2,7 @@
 
 #include "collectives/allreduce_slices.hpp"
 #include "collectives/chunk_reduction.hpp"
+#include "collectives/tensor_bytes.hpp"
 #include "collectives/thread_scratch.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/fault_injection.hpp"
@@ -60,14 +61,6 @@ std::size_t records_offset() {
 
 std::size_t slots_offset(std::size_t ranks) {
   return round_up(records_offset() + ranks * 2 * host_shm_communicator::record_bytes, page);
-}
-
-std::span<std::uint8_t> bytes_of(tensor& t) {
-  return {static_cast<std::uint8_t*>(t.raw_data()), t.byte_size()};
-}
-
-std::span<const std::uint8_t> bytes_of(const tensor& t) {
-  return {static_cast<const std::uint8_t*>(t.raw_data()), t.byte_size()};
 }
 
 /// Copies bytes [offset, offset + length) of the concatenation of
@@ -490,17 +483,8 @@ void host_shm_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
 
 void host_shm_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                        const collective_options& options) {
-  if (input.dtype() != output.dtype()
-      || static_cast<std::size_t>(output.num_elements()) != ranks_ * input.num_elements())
-    throw value_error("host_shm all_gather: the output needs " + std::to_string(ranks_)
-                      + " blocks of the input's size and dtype");
-  collective_fingerprint f;
-  f.seq = session_.next_seq(rank);
-  f.op = "all_gather";
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.dtype = input.dtype();
-  f.shape = input.shape();
+  const auto f = all_gather_fingerprint("host_shm", ranks_, session_.next_seq(rank), input,
+                                        output, options);
   const auto bytes = input.byte_size();
   const auto chunk = slot_bytes_;
   const auto fill = [&](std::size_t offset, std::size_t length) {
@@ -531,15 +515,7 @@ void host_shm_communicator::broadcast(std::size_t rank, std::size_t root,
   if (root >= ranks_)
     throw value_error("host_shm broadcast: root " + std::to_string(root) + " of "
                       + std::to_string(ranks_) + " ranks");
-  collective_fingerprint f;
-  f.seq = session_.next_seq(rank);
-  f.op = "broadcast";
-  f.reduction = "from " + std::to_string(root);
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.tensors = buffers.size();
-  f.batch_tensors = buffers.size();
-  f.batch_shapes = sign_batch(buffers).shapes;
+  const auto f = broadcast_fingerprint(session_.next_seq(rank), root, buffers, options);
   const auto bytes = pack_bytes(buffers);
   const auto chunk = slot_bytes_;
   const auto fill = [&](std::size_t offset, std::size_t length) {

@@ -2,6 +2,7 @@
 
 #include "collectives/allreduce_slices.hpp"
 #include "collectives/ring_collectives.hpp"
+#include "collectives/tensor_bytes.hpp"
 #include "runtime/error_text.hpp"
 
 #include "lockstep/error.hpp"
@@ -10,18 +11,6 @@
 #include <cstring>
 
 namespace lockstep::detail {
-
-namespace {
-
-std::span<std::uint8_t> bytes_of(tensor& t) {
-  return {static_cast<std::uint8_t*>(t.raw_data()), t.byte_size()};
-}
-
-std::span<const std::uint8_t> bytes_of(const tensor& t) {
-  return {static_cast<const std::uint8_t*>(t.raw_data()), t.byte_size()};
-}
-
-} // namespace
 
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
                                              std::shared_ptr<boost::asio::io_context> context)
@@ -260,18 +249,8 @@ void tcp_ring_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
 
 void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                        const collective_options& options) {
-  const auto world = link_.size();
-  if (input.dtype() != output.dtype()
-      || static_cast<std::size_t>(output.num_elements()) != world * input.num_elements())
-    throw value_error("tcp_ring all_gather: the output needs " + std::to_string(world)
-                      + " blocks of the input's size and dtype");
-  collective_fingerprint f;
-  f.seq = session_.next_seq(rank);
-  f.op = "all_gather";
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.dtype = input.dtype();
-  f.shape = input.shape();
+  auto f = all_gather_fingerprint("tcp_ring", link_.size(), session_.next_seq(rank), input,
+                                  output, options);
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                        link::time_point deadline) {
     ring_agree(link_, records_, mine, options.failure, deadline);
@@ -285,15 +264,7 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
 
 void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
                                       const collective_options& options) {
-  collective_fingerprint f;
-  f.seq = session_.next_seq(rank);
-  f.op = "broadcast";
-  f.reduction = "from " + std::to_string(root);
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.tensors = buffers.size();
-  f.batch_tensors = buffers.size();
-  f.batch_shapes = sign_batch(buffers).shapes;
+  auto f = broadcast_fingerprint(session_.next_seq(rank), root, buffers, options);
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                        link::time_point deadline) {
     ring_agree(link_, records_, mine, options.failure, deadline);
