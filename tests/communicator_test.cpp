@@ -169,6 +169,61 @@ TEST_CASE("hierarchical_communicator: reduce_scatter, all_gather and broadcast a
   }
 }
 
+TEST_CASE("hierarchical_communicator of groups of different sizes, ranks not consecutive, gives "
+          "a flat communicator's results") {
+  // Five ranks as the workers of two hosts might be: {0, 3} and {1, 2, 4}.
+  const rank_groups layout{{{0, 3}, {1, 2, 4}}};
+  const auto leaders = std::make_shared<shm_communicator>(2, "leaders");
+  hierarchical_communicator hosts[] = {
+    {std::make_shared<shm_communicator>(2, "host 0"), leaders, layout, 0},
+    {std::make_shared<shm_communicator>(3, "host 1"), leaders, layout, 1}};
+  const auto of = [&](std::size_t r) -> hierarchical_communicator& {
+    return hosts[r == 0 || r == 3 ? 0 : 1];
+  };
+  shm_communicator flat{5, "flat"};
+  std::vector<tensor> inputs, reduced, flat_reduced, mean, flat_mean, scattered, flat_scattered,
+    gathered, flat_gathered, broadcasted, empty_gathered;
+  for (std::size_t r = 0; r < 5; ++r) {
+    inputs.push_back(input_of(dtype::i64, r, 10));
+    for (auto* t : {&reduced, &flat_reduced, &mean, &flat_mean})
+      t->push_back(tensor::zeros(dtype::i64, {10}));
+    scattered.push_back(tensor::zeros(dtype::i64, {2}));
+    flat_scattered.push_back(tensor::zeros(dtype::i64, {2}));
+    gathered.push_back(tensor::zeros(dtype::i64, {50}));
+    flat_gathered.push_back(tensor::zeros(dtype::i64, {50}));
+    broadcasted.push_back(r == 2 ? input_of(dtype::i64, 11, 10) : tensor::zeros(dtype::i64, {10}));
+    empty_gathered.push_back(tensor::zeros(dtype::i64, {0}));
+  }
+  check_all_ok(run_ranks(10, [&](std::size_t thread) {
+    const auto r = thread % 5;
+    if (thread < 5) {
+      of(r).all_reduce(r, reduce_op::sum, {&inputs[r], 1}, {&reduced[r], 1}, options);
+      of(r).all_reduce(r, reduce_op::mean, {&inputs[r], 1}, {&mean[r], 1}, options);
+      of(r).reduce_scatter(r, reduce_op::max, inputs[r], scattered[r], options);
+      of(r).all_gather(r, inputs[r], gathered[r], options);
+      of(r).broadcast(r, 2, {&broadcasted[r], 1}, options);
+      const auto none = tensor::zeros(dtype::i64, {0});
+      of(r).all_gather(r, none, empty_gathered[r], options);
+    } else {
+      flat.all_reduce(r, reduce_op::sum, {&inputs[r], 1}, {&flat_reduced[r], 1}, options);
+      flat.all_reduce(r, reduce_op::mean, {&inputs[r], 1}, {&flat_mean[r], 1}, options);
+      flat.reduce_scatter(r, reduce_op::max, inputs[r], flat_scattered[r], options);
+      flat.all_gather(r, inputs[r], flat_gathered[r], options);
+    }
+  }));
+  for (std::size_t r = 0; r < 5; ++r) {
+    CAPTURE(r);
+    CHECK(reduced[r] == flat_reduced[r]);
+    CHECK(mean[r] == flat_mean[r]);
+    CHECK(scattered[r] == flat_scattered[r]);
+    CHECK(gathered[r] == flat_gathered[r]);
+    CHECK(broadcasted[r] == input_of(dtype::i64, 11, 10));
+  }
+  // Each rank counted its six collectives (the reduce-scatter is one).
+  for (std::size_t r = 0; r < 5; ++r)
+    CHECK(of(r).reached(r) == 6);
+}
+
 TEST_CASE("hierarchical_communicator: a failure on one rank fails the collective on every "
           "rank of every group, and the next one runs") {
   two_processes world;
@@ -213,10 +268,29 @@ TEST_CASE("hierarchical_communicator: ranks outside the group and bad parts are 
   two_processes world;
   auto x = tensor::zeros(dtype::f32, {1});
   CHECK_THROWS_WITH_AS(world.of(0).all_reduce(2, reduce_op::sum, {&x, 1}, {&x, 1}, options),
-                       "all_reduce in 'process 0 / leaders': rank 2 is not in group 0 (ranks 0 "
-                       "to 1)",
+                       "all_reduce in 'process 0 / leaders': rank 2 is not in group 0 (ranks 0, "
+                       "1)",
                        value_error);
   CHECK_THROWS_AS(hierarchical_communicator(nullptr, world.leaders, 0), value_error);
+  const auto two = std::make_shared<shm_communicator>(2, "x");
+  CHECK_THROWS_WITH_AS(hierarchical_communicator(two, world.leaders, {{{0, 1}, {1, 2}}}, 0),
+                       "hierarchical_communicator: the groups must hold each rank from 0 to 3 "
+                       "once; rank 1 is in two groups",
+                       value_error);
+  CHECK_THROWS_WITH_AS(hierarchical_communicator(two, world.leaders, {{{0, 1}, {2}}}, 1),
+                       "hierarchical_communicator: group 1 has 1 ranks but its local "
+                       "communicator 2",
+                       value_error);
+  CHECK_THROWS_WITH_AS(hierarchical_communicator(two, world.leaders, {{{0, 1}}}, 0),
+                       "hierarchical_communicator: 1 groups but 2 leaders", value_error);
+  // A group's leader without the leaders' communicator cannot run the
+  // leaders' stage.
+  hierarchical_communicator leaderless{std::make_shared<shm_communicator>(1, "alone"), nullptr,
+                                       {{{0}, {1}}}, 0};
+  CHECK_THROWS_WITH_AS(leaderless.all_reduce(0, reduce_op::sum, {&x, 1}, {&x, 1}, options),
+                       "hierarchical_communicator: group 0's leader has no leaders' "
+                       "communicator here",
+                       value_error);
   CHECK_THROWS_AS(hierarchical_communicator(std::make_shared<shm_communicator>(1, "x"),
                                             world.leaders, 2),
                   value_error);

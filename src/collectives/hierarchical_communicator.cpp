@@ -22,23 +22,75 @@ collective_options with_failure(const collective_options& options, std::exceptio
 
 } // namespace
 
+rank_groups rank_groups::uniform(std::size_t count, std::size_t per_group) {
+  rank_groups layout;
+  layout.groups.resize(count);
+  for (std::size_t g = 0; g < count; ++g)
+    for (std::size_t l = 0; l < per_group; ++l)
+      layout.groups[g].push_back(g * per_group + l);
+  return layout;
+}
+
 hierarchical_communicator::hierarchical_communicator(std::shared_ptr<communicator> local,
                                                      std::shared_ptr<communicator> leaders,
                                                      std::size_t group_index)
-  : local_(std::move(local)), leaders_(std::move(leaders)), group_index_(group_index) {
-  if (!local_ || !leaders_)
+  : hierarchical_communicator(local, leaders,
+                              rank_groups::uniform(leaders ? leaders->size() : 0,
+                                                   local ? local->size() : 0),
+                              group_index) {
+  if (!leaders_)
     throw value_error("hierarchical_communicator: needs a local and a leaders' communicator");
-  if (group_index_ >= leaders_->size())
+}
+
+hierarchical_communicator::hierarchical_communicator(std::shared_ptr<communicator> local,
+                                                     std::shared_ptr<communicator> leaders,
+                                                     rank_groups layout, std::size_t group_index,
+                                                     std::chrono::milliseconds leaders_report_delay)
+  : local_(std::move(local)),
+    leaders_(std::move(leaders)),
+    layout_(std::move(layout)),
+    group_index_(group_index),
+    leaders_report_delay_(leaders_report_delay) {
+  const auto& groups = layout_.groups;
+  if (!local_)
+    throw value_error("hierarchical_communicator: needs a local and a leaders' communicator");
+  if (group_index_ >= groups.size())
     throw value_error("hierarchical_communicator: group " + std::to_string(group_index_)
-                      + " out of range for " + std::to_string(leaders_->size()) + " leaders");
+                      + " out of range for " + std::to_string(groups.size()) + " leaders");
+  if (leaders_ && leaders_->size() != groups.size())
+    throw value_error("hierarchical_communicator: " + std::to_string(groups.size())
+                      + " groups but " + std::to_string(leaders_->size()) + " leaders");
+  if (groups[group_index_].size() != local_->size())
+    throw value_error("hierarchical_communicator: group " + std::to_string(group_index_) + " has "
+                      + std::to_string(groups[group_index_].size()) + " ranks but its local "
+                      + "communicator " + std::to_string(local_->size()));
+  for (const auto& group : groups)
+    ranks_ += group.size();
+  constexpr auto none = ~std::size_t{0};
+  place_.assign(ranks_, {none, none});
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty())
+      throw value_error("hierarchical_communicator: group " + std::to_string(g) + " is empty");
+    for (std::size_t l = 0; l < groups[g].size(); ++l) {
+      const auto rank = groups[g][l];
+      if (rank >= ranks_ || place_[rank].first != none)
+        throw value_error("hierarchical_communicator: the groups must hold each rank from 0 to "
+                          + std::to_string(ranks_ - 1) + " once; rank " + std::to_string(rank)
+                          + (rank >= ranks_ ? " is out of range" : " is in two groups"));
+      place_[rank] = {g, l};
+      uniform_ = uniform_ && groups[g].size() == groups[0].size()
+                 && rank == g * groups[0].size() + l;
+    }
+  }
+  started_ = std::make_unique<std::atomic<std::uint64_t>[]>(local_->size());
 }
 
 std::string hierarchical_communicator::name() const {
-  return local_->name() + " / " + leaders_->name();
+  return local_->name() + " / " + (leaders_ ? leaders_->name() : std::string("leaders"));
 }
 
 std::size_t hierarchical_communicator::size() const noexcept {
-  return local_->size() * leaders_->size();
+  return ranks_;
 }
 
 collective_session& hierarchical_communicator::session() noexcept {
@@ -46,17 +98,34 @@ collective_session& hierarchical_communicator::session() noexcept {
 }
 
 std::chrono::milliseconds hierarchical_communicator::report_delay() const noexcept {
-  return leaders_->report_delay();
+  return leaders_ ? leaders_->report_delay() : leaders_report_delay_;
+}
+
+std::uint64_t hierarchical_communicator::reached(std::size_t rank) const {
+  return started_[local_rank(rank, "reached")].load(std::memory_order_relaxed);
 }
 
 std::size_t hierarchical_communicator::local_rank(std::size_t rank, const char* op) const {
-  const auto first = group_index_ * local_->size();
-  if (rank < first || rank >= first + local_->size())
+  if (rank >= ranks_ || place_[rank].first != group_index_) {
+    std::string members;
+    for (const auto r : layout_.groups[group_index_])
+      members += (members.empty() ? "" : ", ") + std::to_string(r);
     throw value_error(std::string{op} + " in '" + name() + "': rank " + std::to_string(rank)
                       + " is not in group " + std::to_string(group_index_) + " (ranks "
-                      + std::to_string(first) + " to " + std::to_string(first + local_->size() - 1)
-                      + ")");
-  return rank - first;
+                      + members + ")");
+  }
+  return place_[rank].second;
+}
+
+communicator& hierarchical_communicator::leaders() const {
+  if (!leaders_)
+    throw value_error("hierarchical_communicator: group " + std::to_string(group_index_)
+                      + "'s leader has no leaders' communicator here");
+  return *leaders_;
+}
+
+void hierarchical_communicator::begin(std::size_t local) noexcept {
+  started_[local].fetch_add(1, std::memory_order_relaxed);
 }
 
 template <class Inward, class Across>
@@ -79,7 +148,7 @@ void hierarchical_communicator::staged(std::size_t local, std::span<tensor> resu
     // leader's own scheduling, rather than time out in a fan-out the user
     // never issued.
     auto fan_out = options;
-    fan_out.timeout = options.timeout + leaders_->report_delay()
+    fan_out.timeout = options.timeout + report_delay()
                       + std::max(options.timeout, std::chrono::milliseconds{1000});
     local_->broadcast(local, 0, results, fan_out);
     return;
@@ -105,8 +174,9 @@ void hierarchical_communicator::all_reduce(std::size_t rank, reduce_op op,
                                            const collective_options& options,
                                            std::uint64_t first_seq) {
   const auto local = local_rank(rank, "all_reduce");
-  if (local_->size() == 1) { // one replica a worker: the local stages would only copy
-    leaders_->all_reduce(group_index_, op, inputs, outputs, options);
+  begin(local);
+  if (local_->size() == 1) { // one rank in the group: the local stages would only copy
+    leaders().all_reduce(group_index_, op, inputs, outputs, options);
     return;
   }
   const auto stage_op = op == reduce_op::mean ? reduce_op::sum : op;
@@ -116,7 +186,7 @@ void hierarchical_communicator::all_reduce(std::size_t rank, reduce_op op,
       local_->all_reduce(local, stage_op, inputs, outputs, o, first_seq);
     },
     [&](const collective_options& o) {
-      leaders_->all_reduce(group_index_, stage_op, outputs, outputs, o);
+      leaders().all_reduce(group_index_, stage_op, outputs, outputs, o);
     });
   if (op == reduce_op::mean)
     for (auto& t : outputs)
@@ -145,15 +215,43 @@ void hierarchical_communicator::reduce_scatter(std::size_t rank, reduce_op op,
 void hierarchical_communicator::all_gather(std::size_t rank, const tensor& input,
                                            tensor& output, const collective_options& options) {
   const auto local = local_rank(rank, "all_gather");
-  // This group's blocks go to their place in `output`, then the leaders
-  // gather every group's run of blocks.
-  const auto run = static_cast<std::int64_t>(local_->size()) * input.num_elements();
-  tensor group_blocks = tensor::uninitialized(input.dtype(), {run}, input.device());
+  begin(local);
+  const auto elements = input.num_elements();
+  const auto blocks = [&](std::size_t n) {
+    return tensor::uninitialized(input.dtype(), {static_cast<std::int64_t>(n) * elements},
+                                 input.device());
+  };
+  // This group's blocks, in local order; the leaders gather every group's
+  // run of blocks. With uniform groups those runs are `output` as it is;
+  // else each run is padded to the largest group's, and the leader puts
+  // every block at its rank's place.
+  tensor group_blocks = blocks(local_->size());
   staged(
     local, {&output, 1}, options,
     [&](const collective_options& o) { local_->all_gather(local, input, group_blocks, o); },
     [&](const collective_options& o) {
-      leaders_->all_gather(group_index_, group_blocks, output, o);
+      if (uniform_) {
+        leaders().all_gather(group_index_, group_blocks, output, o);
+        return;
+      }
+      std::size_t widest = 0;
+      for (const auto& group : layout_.groups)
+        widest = std::max(widest, group.size());
+      const auto block_bytes = static_cast<std::size_t>(input.byte_size());
+      tensor padded = tensor::zeros(input.dtype(), {static_cast<std::int64_t>(widest) * elements},
+                                    input.device());
+      tensor runs = blocks(widest * layout_.groups.size());
+      if (block_bytes != 0) // (zero elements: no buffers to copy)
+        std::memcpy(padded.raw_data(), group_blocks.raw_data(), group_blocks.byte_size());
+      leaders().all_gather(group_index_, padded, runs, o);
+      if (block_bytes == 0)
+        return;
+      const auto* from = static_cast<const std::byte*>(runs.raw_data());
+      auto* to = static_cast<std::byte*>(output.raw_data());
+      for (std::size_t g = 0; g < layout_.groups.size(); ++g)
+        for (std::size_t l = 0; l < layout_.groups[g].size(); ++l)
+          std::memcpy(to + layout_.groups[g][l] * block_bytes,
+                      from + (g * widest + l) * block_bytes, block_bytes);
     });
 }
 
@@ -164,18 +262,19 @@ void hierarchical_communicator::broadcast(std::size_t rank, std::size_t root,
   if (root >= size())
     throw value_error("broadcast in '" + name() + "': root " + std::to_string(root)
                       + " out of range for " + std::to_string(size()) + " ranks");
-  const auto root_group = root / local_->size();
+  begin(local);
+  const auto [root_group, root_local] = place_[root];
   staged(
     local, buffers, options,
     [&](const collective_options& o) {
       // The root's group brings the value to its leader; the other groups
       // meet with nothing, so that a failure on any rank reaches the leader.
       if (root_group == group_index_)
-        local_->broadcast(local, root % local_->size(), buffers, o);
+        local_->broadcast(local, root_local, buffers, o);
       else
         local_->broadcast(local, 0, {}, o);
     },
-    [&](const collective_options& o) { leaders_->broadcast(group_index_, root_group, buffers, o); });
+    [&](const collective_options& o) { leaders().broadcast(group_index_, root_group, buffers, o); });
 }
 
 } // namespace lockstep::detail

@@ -1,16 +1,19 @@
 #pragma once
 
-// hierarchical_communicator: a communicator of G groups of L ranks each
-// (one group per process, say), built from two communicators: `local`, the
-// L ranks of this group, and `leaders`, one rank per group, which the
+// hierarchical_communicator: a communicator of groups of ranks (one group
+// per process, or per host), built from two communicators: `local`, the
+// ranks of this group, and `leaders`, one rank per group, which the
 // group's local rank 0 (its leader) joins as rank `group_index`. Rank
-// numbers are global: local rank l of group g is rank g·L + l, and a rank
-// calls this communicator with its global rank.
+// numbers are global, and a rank calls this communicator with its global
+// rank. Groups of L ranks each make rank g·L + l local rank l of group g;
+// a rank_groups layout lists each group's ranks instead, for groups of
+// different sizes or ranks that are not consecutive (the workers of each
+// host, node/host_group.hpp).
 //
 // Each collective runs in three stages: in the local group (all-reduce,
 // all-gather, or the root's broadcast), between the leaders over the
 // results, and back out to the local group (a broadcast from the leader).
-// MEAN is a SUM in every stage and a division by G·L at the end, so
+// MEAN is a SUM in every stage and a division by the ranks at the end, so
 // integers truncate as a flat all-reduce does; floating sums associate as
 // ((group 0) + (group 1) + ...), which may differ in the last bits from a
 // flat all-reduce's rank order, but is the same on every rank and run.
@@ -29,16 +32,43 @@
 
 #include "collectives/communicator.hpp"
 
+#include <atomic>
 #include <memory>
+#include <vector>
 
 namespace lockstep::detail {
 
+/// Which global ranks form each group: groups[g] lists group g's ranks in
+/// local order (its first is the group's leader, leaders' rank g). Every
+/// rank from 0 to the total, less one, appears once.
+struct rank_groups {
+  std::vector<std::vector<std::size_t>> groups;
+
+  /// `count` groups of `per_group` ranks: group g holds g·per_group + l.
+  static rank_groups uniform(std::size_t count, std::size_t per_group);
+};
+
 class hierarchical_communicator final : public communicator {
 public:
-  /// Throws value_error for a null communicator or `group_index` not below
-  /// leaders->size().
+  /// Groups of local->size() ranks each, one a leader. Throws value_error
+  /// for a null communicator or `group_index` not below leaders->size().
   hierarchical_communicator(std::shared_ptr<communicator> local,
                             std::shared_ptr<communicator> leaders, std::size_t group_index);
+
+  /// The groups of `layout`, this one group `group_index` (local->size()
+  /// ranks). `leaders` may be null where this communicator serves no
+  /// leader (a process whose one rank is not its group's first): then
+  /// `leaders_report_delay` stands for the leaders' report_delay(). Throws
+  /// value_error for a layout that is not a partition of the ranks, or
+  /// that does not fit `local` and `leaders`.
+  hierarchical_communicator(std::shared_ptr<communicator> local,
+                            std::shared_ptr<communicator> leaders, rank_groups layout,
+                            std::size_t group_index,
+                            std::chrono::milliseconds leaders_report_delay = {});
+
+  /// The collectives that global rank `rank` of this group started (0 for
+  /// none): what a worker reached, which a timeout between processes asks.
+  std::uint64_t reached(std::size_t rank) const;
 
   std::string name() const override;
   std::size_t size() const noexcept override;
@@ -59,6 +89,10 @@ public:
 private:
   /// The local rank of global `rank`; value_error unless it is in this group.
   std::size_t local_rank(std::size_t rank, const char* op) const;
+  /// The leaders' communicator; logic_error where this one has none.
+  communicator& leaders() const;
+  /// Starts a collective of local rank `local` (reached()).
+  void begin(std::size_t local) noexcept;
 
   /// Runs the three stages on local rank `local`: `inward` on every local
   /// rank, `across` on the leader, then the leader's broadcast of
@@ -68,8 +102,14 @@ private:
               Inward inward, Across across);
 
   std::shared_ptr<communicator> local_;
-  std::shared_ptr<communicator> leaders_;
+  std::shared_ptr<communicator> leaders_; // null: no rank here leads
+  rank_groups layout_;
   std::size_t group_index_;
+  std::size_t ranks_ = 0;                     // in all groups
+  std::vector<std::pair<std::size_t, std::size_t>> place_; // by rank: (group, local rank)
+  bool uniform_ = true;                       // rank g·L + l is local rank l of group g
+  std::chrono::milliseconds leaders_report_delay_{0};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> started_; // by local rank
 };
 
 } // namespace lockstep::detail
