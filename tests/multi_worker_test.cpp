@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -36,7 +37,7 @@ using namespace std::chrono_literals;
 /// is TF_CONFIG's chief and process i worker i - 1. `transport`:
 /// LOCKSTEP_TRANSPORT, "tcp" (the ring, which the fault points and texts of
 /// most cases here are about) unless a case asks for "auto" (shared memory:
-/// the workers all run on this host). `launcher`: a command each worker
+/// the workers all run on this host). `launcher(i)`: a command worker i's
 /// program runs under (its arguments, the program's path appended).
 std::vector<process> start_cluster(const temp_folder& folder, const std::vector<int>& replicas,
                                    const std::vector<std::string>& args,
@@ -44,11 +45,12 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
                                    const std::vector<std::string>& others_environment = {},
                                    bool with_chief = false,
                                    const std::string& transport = "tcp",
-                                   const std::vector<std::string>& launcher = {}) {
+                                   const std::function<std::vector<std::string>(std::size_t)>&
+                                     launcher = {}) {
   const auto base = free_ports(static_cast<int>(replicas.size()));
   std::vector<process> processes;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
-    std::vector<std::string> argv = launcher;
+    auto argv = launcher ? launcher(i) : std::vector<std::string>{};
     argv.push_back(test_program("MULTI_WORKER_PROGRAM"));
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> environment{tf_config(base, replicas.size(), i, with_chief),
@@ -66,13 +68,15 @@ std::vector<process> start_cluster(const temp_folder& folder, const std::vector<
 }
 
 /// The last worker of `processes` was killed or froze itself: the others
-/// must end well, having printed `expect`; it is reaped (killed first if
-/// frozen) and must have ended by a signal.
+/// must end well, having printed `expect` and `also`; it is reaped (killed
+/// first if frozen) and must have ended by a signal.
 void check_survivors_and_victim(std::vector<process>& processes,
-                                const std::string& expect = "ok lost") {
+                                const std::string& expect = "ok lost",
+                                const std::string& also = "") {
   auto survivors = std::vector<process>(processes.begin(), processes.end() - 1);
   wait_all(survivors, 60s);
   require_all_ok(survivors, expect);
+  require_all_ok(survivors, also);
   auto& last = processes.back();
   ::kill(last.pid, SIGKILL); // frozen, or dead already
   int status = 0;
@@ -137,9 +141,11 @@ TEST_CASE("shared memory is probed, not assumed: workers of one host whose /dev/
           "own keep to the ring") {
   // Each worker in a mount namespace of its own with a fresh /dev/shm (as
   // in containers of one machine): same host, same name, no shared memory.
-  const std::vector<std::string> private_shm{
-    "unshare", "--mount", "--propagation", "private", "sh", "-c",
-    "mount -t tmpfs -o size=16m tmpfs /dev/shm && exec \"$0\" \"$@\""};
+  const auto private_shm = [](std::size_t) {
+    return std::vector<std::string>{
+      "unshare", "--mount", "--propagation", "private", "sh", "-c",
+      "mount -t tmpfs -o size=16m tmpfs /dev/shm && exec \"$0\" \"$@\""};
+  };
   if (::geteuid() != 0
       || std::system("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
     MESSAGE("skipped: needs root and unshare(1) to give each worker a /dev/shm of its own");
@@ -150,13 +156,77 @@ TEST_CASE("shared memory is probed, not assumed: workers of one host whose /dev/
     temp_folder folder;
     auto processes = start_cluster(folder, {2, 2}, {"collectives"}, {"LOCKSTEP_LOG=info"},
                                    {"LOCKSTEP_LOG=info"}, false, "auto",
-                                   shared ? std::vector<std::string>{} : private_shm);
+                                   shared ? nullptr : std::function(private_shm));
     wait_all(processes, 120s);
     require_all_ok(processes, "ok collectives: 2 workers x 2 replicas");
     require_all_ok(processes, shared ? "shared memory: the 2 workers share this host's memory"
-                                     : "shared memory: not every worker shares memory with "
-                                       "every other; the ring carries the collectives");
+                                     : "shared memory: no two workers share memory; the ring "
+                                       "carries the collectives");
   }
+}
+
+TEST_CASE("workers on several hosts: each host's workers reduce through its memory, and a ring "
+          "of one leader per host carries the rest") {
+  if (::geteuid() != 0
+      || std::system("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
+    MESSAGE("skipped: needs root and unshare(1) to give each host a /dev/shm of its own");
+    return;
+  }
+  // Host h's /dev/shm: a folder of this machine's, bound over /dev/shm in
+  // each of its workers' mount namespaces, so its workers share memory
+  // with each other and not with the other hosts' workers.
+  const auto host_folder = [](std::size_t h) {
+    return std::filesystem::path("/dev/shm")
+           / ("lockstep-hosts-test-" + std::to_string(::getpid()) + "-" + std::to_string(h));
+  };
+  const auto on_hosts = [&](std::vector<std::size_t> host_of) {
+    return [=](std::size_t worker) {
+      return std::vector<std::string>{
+        "unshare", "--mount", "--propagation", "private", "sh", "-c",
+        "mount --bind " + host_folder(host_of.at(worker)).string()
+          + " /dev/shm && exec \"$0\" \"$@\""};
+    };
+  };
+  for (std::size_t h = 0; h < 2; ++h)
+    std::filesystem::create_directories(host_folder(h));
+  struct layout {
+    std::vector<std::size_t> host_of; // by worker
+    int replicas;
+    std::vector<std::string> scenario;
+    std::string expect;
+    std::string hosts; // as the log gives them
+  };
+  const std::vector<layout> layouts{
+    // Hosts of different sizes whose ranks are not consecutive.
+    {{0, 1, 1, 0, 1}, 1, {"collectives"}, "ok collectives: 5 workers x 1 replicas", "0, 3 | 1, 2, 4"},
+    // A worker alone on its host leads it; the odd worker of the mismatch
+    // shares host 0 with worker 0.
+    {{0, 0, 1}, 2, {"collectives"}, "ok collectives: 3 workers x 2 replicas", "0, 1 | 2"},
+    {{0, 0, 1}, 2, {"mismatch"}, "ok mismatch", "0, 1 | 2"},
+    // The worker killed is a host's second worker, then a host's leader.
+    {{0, 0, 1, 1}, 1, {"lost", "kill"}, "ok lost", "0, 1 | 2, 3"},
+    {{0, 0, 0, 1}, 1, {"lost", "kill"}, "ok lost", "0, 1, 2 | 3"}};
+  for (const auto& each : layouts) {
+    CAPTURE(each.hosts);
+    CAPTURE(each.scenario[0]);
+    temp_folder folder;
+    auto processes = start_cluster(folder, std::vector<int>(each.host_of.size(), each.replicas),
+                                   each.scenario, {"LOCKSTEP_LOG=info"}, {"LOCKSTEP_LOG=info"},
+                                   false, "auto", on_hosts(each.host_of));
+    const auto hosts = "shared memory: 2 hosts (workers " + each.hosts + ")";
+    if (each.scenario[0] == "lost") {
+      check_survivors_and_victim(processes, each.expect, hosts);
+    } else {
+      wait_all(processes, 120s);
+      require_all_ok(processes, each.expect);
+      require_all_ok(processes, hosts);
+    }
+    // Killed or not, no worker left a segment on its host.
+    for (std::size_t h = 0; h < 2; ++h)
+      CHECK_MESSAGE(std::filesystem::is_empty(host_folder(h)), host_folder(h));
+  }
+  for (std::size_t h = 0; h < 2; ++h)
+    std::filesystem::remove_all(host_folder(h));
 }
 
 TEST_CASE("devices bear TF's names: /job:worker/replica:0/task:k, the chief's /job:chief") {

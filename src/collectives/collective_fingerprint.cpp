@@ -31,9 +31,10 @@ std::string collective_fingerprint::details(bool with_bytes) const {
 }
 
 std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const> by_rank,
-                                  std::string_view rank_noun, std::string_view group) {
+                                  std::string_view rank_noun, std::string_view group,
+                                  std::span<const std::size_t> numbers) {
   const auto rank_name = [&](std::size_t r) {
-    return std::string(rank_noun) + " " + std::to_string(r);
+    return std::string(rank_noun) + " " + std::to_string(r < numbers.size() ? numbers[r] : r);
   };
   const auto& first = *by_rank[0];
   std::size_t other = 1;

@@ -73,10 +73,13 @@ struct collective_fingerprint {
 /// mismatched values raises: dtype_error when dtypes differ, shape_error
 /// when shapes do, else value_error. The message names the first rank that
 /// differs from rank 0 and how, then what every rank issued, naming rank r
-/// "<rank_noun> r" ("replica 1", "worker 2"); `group` names the group.
-/// Every rank that sees the same fingerprints builds the same error, so
-/// every transport reports a mismatch alike.
+/// "<rank_noun> r" ("replica 1", "worker 2"), or "<rank_noun> numbers[r]"
+/// where given (a group of some of the workers names each by its number
+/// in the cluster); `group` names the group. Every rank that sees the same
+/// fingerprints builds the same error, so every transport reports a
+/// mismatch alike.
 std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const> by_rank,
-                                  std::string_view rank_noun, std::string_view group);
+                                  std::string_view rank_noun, std::string_view group,
+                                  std::span<const std::size_t> numbers = {});
 
 } // namespace lockstep::detail

@@ -192,9 +192,10 @@ void ring_records::throw_disagreement() const {
   for (const auto& f : issued)
     by_rank.push_back(&f);
   if (std::ranges::all_of(issued, [&](const auto& f) { return f == issued[0]; }))
-    throw value_error("worker " + std::to_string(rank_) + " received data of another size than "
+    throw value_error("worker " + std::to_string(rank_ < workers_.size() ? workers_[rank_] : rank_)
+                      + " received data of another size than "
                       "its own for " + issued[0].to_string()); // no worker sends it
-  std::rethrow_exception(mismatch_error(by_rank, "worker", "workers"));
+  std::rethrow_exception(mismatch_error(by_rank, "worker", "workers", workers_));
 }
 
 std::span<const std::uint8_t> ring_records::payload(std::size_t r) const {

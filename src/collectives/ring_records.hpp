@@ -54,6 +54,10 @@ public:
   /// Rank r's payload, once check() returned (as long as this rank's).
   std::span<const std::uint8_t> payload(std::size_t r) const;
 
+  /// Errors name rank r "worker workers[r]" (a group of some of the
+  /// cluster's workers), not "worker r".
+  void name_workers(std::vector<std::size_t> workers) { workers_ = std::move(workers); }
+
 private:
   /// Throws what check() throws, decoding every frame.
   [[noreturn]] void throw_disagreement() const;
@@ -61,6 +65,7 @@ private:
   std::size_t rank_ = 0;
   bool failed_ = false;           // this rank passes a failure on
   std::vector<bytes> frames_;     // by rank
+  std::vector<std::size_t> workers_; // by rank: the worker's number; empty: the rank
 };
 
 } // namespace lockstep::detail

@@ -161,6 +161,7 @@ host_shm_communicator::host_shm_communicator(shared_segment segment, std::size_t
                       + "' does not hold a group of " + std::to_string(ranks) + " ranks with "
                       + std::to_string(slot_bytes) + "-byte slots for rank "
                       + std::to_string(rank));
+  records_.name_workers(workers_);
 }
 
 std::string host_shm_communicator::name() const {

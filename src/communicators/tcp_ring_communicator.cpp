@@ -15,8 +15,11 @@ namespace lockstep::detail {
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
                                              std::shared_ptr<boost::asio::io_context> context)
   : context_(std::move(context)),
+    worker_(links.worker_of(links.rank)),
     link_(std::move(links)),
-    session_("tcp_ring", link_.rank(), link_.size(), link_.rank(), "the ring of workers") {}
+    session_("tcp_ring", link_.rank(), link_.size(), worker_, "the ring of workers") {
+  records_.name_workers(link_.connections().workers);
+}
 
 void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
   {
@@ -137,11 +140,11 @@ error_value tcp_ring_communicator::explain_timeout(const collective_fingerprint&
   // between the workers (every worker counts them alike), not a replica
   // group's or a fan-out's.
   auto text = f.op + " #" + std::to_string(f.seq) + " between the workers ("
-              + f.details(false).substr(1) + ") timed out on worker " + std::to_string(link_.rank()) + " after "
+              + f.details(false).substr(1) + ") timed out on worker " + std::to_string(worker_) + " after "
               + std::to_string(timeout.count()) + " ms (its timeout): ";
   std::vector<std::string> missing, where, silent;
-  for (std::size_t r = 0; r < reached.size() && r < link_.size(); ++r) {
-    if (r == link_.rank())
+  for (std::size_t r = 0; r < reached.size(); ++r) { // every worker's, by number
+    if (r == worker_)
       continue;
     if (reached[r] == no_answer) {
       silent.push_back(std::to_string(r));

@@ -123,6 +123,7 @@ private:
                               const std::string& stalled) const;
 
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the link
+  std::size_t worker_; // this worker's number in the cluster (not its ring position)
   tcp_link link_;
   ring_records records_; // the agreements' buffers, reused: the hot path allocates little
   worker_session session_;

@@ -1,5 +1,7 @@
 #include "node/host_group.hpp"
 
+#include "communicators/shm_communicator.hpp"
+
 #include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
 #include "runtime/random_bytes.hpp"
@@ -64,12 +66,50 @@ std::string segment_prefix(const std::string& job_id) {
   return out + "-";
 }
 
-std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ring,
-                                                       std::size_t rank, std::size_t world,
-                                                       const std::string& job_id, bool wants_tcp,
-                                                       std::chrono::milliseconds timeout) {
+namespace {
+
+/// The hosts that `table` (world × world: whether worker r opened worker
+/// s's probe, r == s: whether r made one) shows, each in rank order; empty
+/// when sharing is not a partition (r shares with s and s with t, but r
+/// not with t), which no host layout explains.
+std::vector<std::vector<std::size_t>> hosts_of(const tensor& table, std::size_t world) {
+  const auto reach = table.data<std::int64_t>();
+  const auto shares = [&](std::size_t r, std::size_t s) {
+    return reach[r * world + s] != 0 && reach[s * world + r] != 0;
+  };
+  std::vector<std::vector<std::size_t>> members(world);
+  for (std::size_t r = 0; r < world; ++r)
+    for (std::size_t s = 0; s < world; ++s)
+      if (r == s || shares(r, s))
+        members[r].push_back(s);
+  std::vector<std::vector<std::size_t>> hosts;
+  for (std::size_t r = 0; r < world; ++r) {
+    for (const auto s : members[r])
+      if (members[s] != members[r])
+        return {};
+    if (members[r].front() == r)
+      hosts.push_back(members[r]);
+  }
+  return hosts;
+}
+
+std::string hosts_text(const std::vector<std::vector<std::size_t>>& hosts) {
+  std::string text;
+  for (const auto& host : hosts) {
+    text += text.empty() ? "" : " | ";
+    for (std::size_t i = 0; i < host.size(); ++i)
+      text += (i == 0 ? "" : ", ") + std::to_string(host[i]);
+  }
+  return text;
+}
+
+} // namespace
+
+host_plan join_host_group(tcp_ring_communicator& ring, std::size_t rank, std::size_t world,
+                          const std::string& job_id, bool wants_tcp,
+                          std::chrono::milliseconds timeout) {
   if (world > host_shm_communicator::max_ranks) // every worker knows: none probes
-    return nullptr;
+    return {};
   const faults_paused not_the_programs; // LOCKSTEP_FAULT counts the program's collectives
   // 1. This worker's probe: a nonce in an object of its own. No /dev/shm
   // (or a full one) is a probe nobody can open.
@@ -110,53 +150,74 @@ std::shared_ptr<host_shm_communicator> join_host_group(tcp_ring_communicator& ri
   auto table = tensor::zeros(dtype::i64, {static_cast<std::int64_t>(world * world)});
   ring.all_gather(rank, reach, table, options_of(timeout, "shared memory reach"));
   probe.reset(); // every worker has opened it, or could not
-  const auto everyone = std::all_of(table.data<std::int64_t>().begin(),
-                                    table.data<std::int64_t>().end(),
-                                    [](std::int64_t v) { return v != 0; });
-  if (tcp || !everyone) {
+  auto hosts = hosts_of(table, world);
+  const auto alone = [](const auto& host) { return host.size() == 1; };
+  if (tcp || hosts.empty() || std::all_of(hosts.begin(), hosts.end(), alone)) {
     LOCKSTEP_LOG_INFO("shared memory: {}; the ring carries the collectives",
-                      tcp ? "a worker asks for TCP (LOCKSTEP_TRANSPORT=tcp)"
-                          : "not every worker shares memory with every other");
-    return nullptr;
+                      tcp            ? "a worker asks for TCP (LOCKSTEP_TRANSPORT=tcp)"
+                      : hosts.empty() ? "which workers share memory is no partition into hosts"
+                                      : "no two workers share memory");
+    return {};
   }
+  host_plan plan;
+  plan.hosts.groups = hosts;
+  for (std::size_t h = 0; h < hosts.size(); ++h)
+    if (std::find(hosts[h].begin(), hosts[h].end(), rank) != hosts[h].end())
+      plan.host = h;
+  const auto& members = hosts[plan.host];
+  const auto local_rank = static_cast<std::size_t>(
+    std::find(members.begin(), members.end(), rank) - members.begin());
 
-  // 3. Rank 0's segment, mapped by every worker, then its name removed.
+  // 3. Each host's segment, made by its leader and mapped by its workers,
+  // then its name removed. A worker alone on its host needs none.
   const auto slot = host_shm_communicator::default_slot_bytes;
-  const auto bytes = host_shm_communicator::segment_bytes(world, slot);
+  const auto bytes = host_shm_communicator::segment_bytes(members.size(), slot);
   std::optional<shared_segment> segment;
   auto name = carrier(name_bytes);
-  if (rank == 0) {
+  if (local_rank == 0 && members.size() > 1) {
     try {
       segment = shared_segment::create(new_segment_name(segment_prefix(job_id) + "group"), bytes);
-      host_shm_communicator::initialize(*segment, world, slot);
+      host_shm_communicator::initialize(*segment, members.size(), slot);
       std::memcpy(bytes_of(name), segment->name().data(),
                   std::min(segment->name().size(), name_bytes - 1));
     } catch (const lockstep::error& e) {
       LOCKSTEP_LOG_INFO("shared memory: no segment ({})", e.what());
     }
   }
-  ring.broadcast(rank, 0, {&name, 1}, options_of(timeout, "shared memory segment"));
-  if (const auto text = name_at(bytes_of(name)); !text.empty()) {
-    learned.names.push_back(text);
-    if (rank != 0)
-      segment = shared_segment::open(text, bytes);
-  }
-  auto missing = tensor::from(std::vector<std::int64_t>{segment ? 0 : 1});
+  auto names = carrier(name_bytes * world);
+  ring.all_gather(rank, name, names, options_of(timeout, "shared memory segments"));
+  const auto name_size = static_cast<std::size_t>(name.byte_size());
+  for (std::size_t r = 0; r < world; ++r)
+    if (const auto text = name_at(bytes_of(names) + r * name_size); !text.empty()) {
+      learned.names.push_back(text);
+      if (r == members.front() && local_rank != 0)
+        segment = shared_segment::open(text, bytes);
+    }
+  auto missing = tensor::from(std::vector<std::int64_t>{members.size() > 1 && !segment});
   ring.all_reduce(rank, reduce_op::sum, {&missing, 1}, {&missing, 1},
                   options_of(timeout, "shared memory segment mapped"));
   if (missing.data<std::int64_t>()[0] != 0) {
-    LOCKSTEP_LOG_INFO("shared memory: {} worker(s) could not map the segment; the ring carries "
-                      "the collectives",
+    LOCKSTEP_LOG_INFO("shared memory: {} worker(s) could not map their host's segment; the ring "
+                      "carries the collectives",
                       missing.data<std::int64_t>()[0]);
-    return nullptr;
+    return {};
   }
-  segment->unlink();
-  std::vector<std::size_t> workers(world);
-  for (std::size_t r = 0; r < world; ++r)
-    workers[r] = r;
-  LOCKSTEP_LOG_INFO("shared memory: the {} workers share this host's memory", world);
-  return std::make_shared<host_shm_communicator>(std::move(*segment), rank, world, slot,
-                                                 std::move(workers), world);
+  if (members.size() > 1) {
+    segment->unlink();
+    plan.shared = std::make_shared<host_shm_communicator>(std::move(*segment), local_rank,
+                                                          members.size(), slot, members,
+                                                          members.size());
+    plan.local = plan.shared;
+  } else {
+    plan.local = std::make_shared<shm_communicator>(1, "worker " + std::to_string(rank) + " alone");
+  }
+  if (hosts.size() == 1)
+    LOCKSTEP_LOG_INFO("shared memory: the {} workers share this host's memory", world);
+  else
+    LOCKSTEP_LOG_INFO("shared memory: {} hosts (workers {}): each host's workers reduce through "
+                      "its memory, and a ring of one leader per host carries the rest",
+                      hosts.size(), hosts_text(hosts));
+  return plan;
 }
 
 } // namespace lockstep::detail

@@ -149,14 +149,6 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   // A killed worker's neighbours see its links close about when the
   // coordinator's word of the loss arrives: give that word a moment.
   ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
-  // Workers that share this host's memory reduce through it, not the ring.
-  host_ = join_host_group(*ring_, rank, spec.world_size, spec.job_id, settings.force_tcp,
-                          settings.join_timeout);
-  ring_->restart_numbering(); // the program's first collective is #1
-  // The node actor watches the peers; control_links carries its messages.
-  links_ = std::make_shared<control_links>(rank, std::move(joined.control),
-                                           settings.heartbeat_interval);
-  system_ = shared_actor_system();
   // A collective that times out names the workers that did not reach it:
   // the coordinator asks every worker and answers once all did, or after
   // progress_wait (a frozen worker never does); the asker waits for that
@@ -165,6 +157,40 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
     std::clamp(settings.heartbeat_interval / 2, std::chrono::milliseconds{100},
                std::chrono::milliseconds{1000});
   const auto ask_wait = progress_wait + std::max(progress_wait, std::chrono::milliseconds{200});
+  // Workers that share a host's memory reduce through it, not the ring.
+  auto plan = join_host_group(*ring_, rank, spec.world_size, spec.job_id, settings.force_tcp,
+                              settings.join_timeout);
+  host_ = plan.shared;
+  if (plan.local && plan.hosts.groups.size() > 1) {
+    // Several hosts: the ring between their leaders, on new connections
+    // authenticated as the first ring's (each leader's hello names its
+    // rank; ring positions are hosts).
+    const auto& groups = plan.hosts.groups;
+    if (groups[plan.host].front() == rank) {
+      const auto next_leader = groups[(plan.host + 1) % groups.size()].front();
+      const auto& next_member = membership_.members[next_leader];
+      ring_links leader_links{plan.host, groups.size(), tcp_socket(*context_),
+                              tcp_socket(*context_)};
+      for (const auto& group : groups)
+        leader_links.workers.push_back(group.front());
+      connect_ring(leader_links, data,
+                   resolve_endpoint(*context_, next_member.host, next_member.port,
+                                    "worker " + std::to_string(next_leader) + "'s address"),
+                   token, {spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)},
+                   io_clock::now() + settings.join_timeout,
+                   ring_watch_of(joined.control, coordinator));
+      leaders_ = std::make_shared<tcp_ring_communicator>(std::move(leader_links), context_);
+      leaders_->await_explanations(
+        std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
+    }
+    hosts_ = std::make_shared<hierarchical_communicator>(plan.local, leaders_, plan.hosts,
+                                                         plan.host, ask_wait);
+  }
+  ring_->restart_numbering(); // the program's first collective is #1
+  // The node actor watches the peers; control_links carries its messages.
+  links_ = std::make_shared<control_links>(rank, std::move(joined.control),
+                                           settings.heartbeat_interval);
+  system_ = shared_actor_system();
   actor_ = spawn_node_actor(
     *system_,
     {.rank = static_cast<std::uint32_t>(rank),
@@ -178,16 +204,19 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
        if (const auto links = control.lock())
          links->post(peer, message);
      },
-     .reached = [ring = ring_, host = host_] { return host ? host->reached() : ring->reached(); },
-     .on_lost = [ring = ring_, host = host_](const error_value& why) {
+     .reached = [ring = ring_, host = host_, hosts = hosts_, rank] {
+       return hosts ? hosts->reached(rank) : host ? host->reached() : ring->reached();
+     },
+     .on_lost = [ring = ring_, host = host_, leaders = leaders_](const error_value& why) {
        ring->break_ring(why);
+       if (leaders)
+         leaders->break_ring(why);
        if (host)
          host->break_group(why);
      }});
   static_assert(collective_progress::no_answer == tcp_ring_communicator::no_answer);
-  // Weak: the ring may outlive this node (the strategy's state holds it).
-  ring_->explain_timeouts(
-    ask_wait,
+  // Weak: the rings may outlive this node (the strategy's state holds them).
+  const tcp_ring_communicator::progress_question ask =
     [system = std::weak_ptr<caf::actor_system>(system_),
      actor = caf::actor_cast<caf::weak_actor_ptr>(actor_), ask_wait](std::uint64_t seq) {
       std::vector<std::uint64_t> reached;
@@ -200,18 +229,22 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
         .receive([&](const collective_progress& answers) { reached = answers.reached; },
                  [](const caf::error&) {});
       return reached;
-    },
+    };
+  const tcp_ring_communicator::failure_notice tell =
     [actor = caf::actor_cast<caf::weak_actor_ptr>(actor_)](const error_value& why) {
       if (const auto live_actor = caf::actor_cast<caf::actor>(actor.lock()))
         caf::anon_send(live_actor, abort_atom::value, why);
-    });
+    };
+  for (const auto& each : {ring_, leaders_})
+    if (each)
+      each->explain_timeouts(ask_wait, ask, tell);
   try {
     start_links();
   } catch (...) { // resource_error: the links' thread did not start
     // The actor ticks on its own, and its thread ends only once its last
     // handle is gone (the links' delivery holds one): both go before the
     // actor system, whose destructor would wait for them forever.
-    ring_->explain_timeouts({}, {}, {});
+    forget_actor();
     caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
     links_.reset();
     actor_ = caf::actor{};
@@ -222,9 +255,17 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
 }
 
 std::shared_ptr<communicator> node::workers() const {
+  if (hosts_)
+    return hosts_;
   if (host_)
     return host_;
   return ring_;
+}
+
+void node::forget_actor() noexcept {
+  for (const auto& each : {ring_, leaders_})
+    if (each)
+      each->explain_timeouts({}, {}, {});
 }
 
 void node::start_links() {
@@ -248,7 +289,7 @@ void node::start_links() {
 node::~node() {
   if (!links_)
     return;
-  ring_->explain_timeouts({}, {}, {}); // the ring may outlive the node
+  forget_actor(); // the rings may outlive the node
   // The actor says goodbye unless the group is broken already; the links
   // write it before they stop. Their delivery holds a handle of the actor:
   // both go before the actor system may (its destructor waits for every

@@ -18,6 +18,7 @@
 
 #include "node/clock_sync.hpp"
 #include "transport/tcp/handshake.hpp"
+#include "collectives/hierarchical_communicator.hpp"
 #include "communicators/host_shm_communicator.hpp"
 #include "communicators/tcp_ring_communicator.hpp"
 
@@ -62,11 +63,11 @@ public:
 
   /// The ring of TCP connections between the workers, one rank per process.
   const std::shared_ptr<tcp_ring_communicator>& ring() const noexcept { return ring_; }
-  /// The workers' shared-memory group, when they all share this host's
-  /// memory (node/host_group.hpp); else null.
-  const std::shared_ptr<host_shm_communicator>& host_group() const noexcept { return host_; }
   /// What carries the collectives between the workers, one rank per
-  /// process: the shared-memory group when there is one, else the ring.
+  /// process (rank = worker): the shared-memory group when all share this
+  /// host's memory; when they share it in several hosts, each host's group
+  /// and a ring of one leader per host (a hierarchical_communicator); else
+  /// the ring of all workers (node/host_group.hpp).
   std::shared_ptr<communicator> workers() const;
   /// The coordinator's clock against this worker's, measured at the
   /// rendezvous (clock_sync.hpp); zero on the coordinator.
@@ -75,13 +76,18 @@ public:
 private:
   /// Starts the control links, which deliver to the node actor.
   void start_links();
+  /// The rings stop asking the node actor about timeouts (they may
+  /// outlive it).
+  void forget_actor() noexcept;
 
   // Shared with the ring, whose sockets may outlive this node.
   std::shared_ptr<boost::asio::io_context> context_;
   detail::membership membership_;
   clock_estimate clock_;
   std::shared_ptr<tcp_ring_communicator> ring_;
-  std::shared_ptr<host_shm_communicator> host_;
+  std::shared_ptr<host_shm_communicator> host_;      // this host's workers, if they share memory
+  std::shared_ptr<tcp_ring_communicator> leaders_;   // the hosts' leaders, if this worker leads
+  std::shared_ptr<hierarchical_communicator> hosts_; // several hosts: each one's group, leaders_
   std::shared_ptr<control_links> links_;
   std::shared_ptr<caf::actor_system> system_;
   /// The node actor (node_actor.hpp), which this node starts and stops.

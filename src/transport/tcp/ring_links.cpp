@@ -52,7 +52,7 @@ std::size_t receive_some(ring_links& links, std::span<std::uint8_t> data) {
   const auto got = links.prev.read_some(boost::asio::buffer(data.data(), data.size()), error);
   if (!error || error == boost::asio::error::would_block)
     return error ? 0 : got;
-  return moved_or_closed(got, error, worker(links.prev_rank()));
+  return moved_or_closed(got, error, worker(links.prev_worker()));
 }
 
 /// Puts `early` (read past a frame's end) before what `ahead` still holds.
@@ -95,7 +95,7 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
   while (sent < out.size() || received < in.size()) {
     std::size_t moved = 0;
     if (sent < out.size()) {
-      const auto n = send_some(links.next, out.subspan(sent), links.next_rank());
+      const auto n = send_some(links.next, out.subspan(sent), links.next_worker());
       sent += n;
       moved += n;
     }
@@ -115,9 +115,9 @@ void send_and_receive(ring_links& links, std::span<const std::uint8_t> out,
       continue;
     if (!poll_until(fds, deadline))
       throw link_deadline_passed(received < in.size()
-                            ? "no data came from " + worker(links.prev_rank())
+                            ? "no data came from " + worker(links.prev_worker())
                                 + " before the deadline"
-                            : worker(links.next_rank())
+                            : worker(links.next_worker())
                                 + " did not take the data sent to it before the deadline");
   }
 }
@@ -139,7 +139,7 @@ void ring_links::exchange_frame(std::span<const std::uint8_t> out, bytes& in,
       sized = true;
       const auto length = load_le<std::uint64_t>(in);
       if (length > max_bytes)
-        throw connection_closed(worker(prev_rank()) + " sent a record of "
+        throw connection_closed(worker(prev_worker()) + " sent a record of "
                                 + std::to_string(length) + " bytes, more than any worker sends");
       const auto frame = length_bytes + length;
       if (received > frame) // a shorter frame than ours: the rest comes later
@@ -236,7 +236,7 @@ public:
       bytes job_id(handshake_->job_id_length(head));
       read(job_id);
       const auto challenge = handshake_->challenge(head, job_id);
-      if (handshake_->peer().rank != links_.prev_rank())
+      if (handshake_->peer().rank != links_.prev_worker())
         return false;
       write_all(links_.prev, {challenge}, until_);
       // Its response follows its own turn as a server, which waits on its
@@ -283,7 +283,7 @@ private:
       if (error != boost::asio::error::would_block)
         throw connection_closed("accepting the ring connection failed: " + error.message());
       if (!wait_watching({acceptor_.native_handle(), POLLIN, 0}, deadline_, watch_))
-        throw timeout_error(worker(links_.prev_rank()) + " did not connect before the deadline");
+        throw timeout_error(worker(links_.prev_worker()) + " did not connect before the deadline");
     }
     links_.prev.set_option(boost::asio::ip::tcp::no_delay(true));
     until_ = std::min(deadline_, io_clock::now() + handshake_timeout); // a stranger's slot
@@ -320,7 +320,7 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
     try {
       return step();
     } catch (...) {
-      rethrow_client_failure(links.next_rank(), address);
+      rethrow_client_failure(links.next_worker(), address);
     }
   };
   const auto read_from_next = [&](std::size_t size) {
@@ -332,7 +332,7 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   };
   // The previous rank's hello reaches us after its dial, whatever we do;
   // our challenge, after our dial and hello; and so on down the steps.
-  dial_host(links.next, next, worker(links.next_rank()), deadline, system_resolver(),
+  dial_host(links.next, next, worker(links.next_worker()), deadline, system_resolver(),
             {.sleep = [&](std::chrono::milliseconds pause) {
               wait_watching({-1, 0, 0}, io_clock::now() + pause, watch);
             }});
@@ -350,10 +350,10 @@ void connect_ring(ring_links& links, boost::asio::ip::tcp::acceptor& acceptor,
   while (!server.accept_response())
     server.challenge();
   const auto peer = as_client([&] { return client.finish(read_from_next(acceptance_size)); });
-  if (peer.rank != links.next_rank())
+  if (peer.rank != links.next_worker())
     throw authentication_error("the worker at " + address + " is rank "
                                + std::to_string(peer.rank) + ", not the next rank "
-                               + std::to_string(links.next_rank()));
+                               + std::to_string(links.next_worker()));
 }
 
 } // namespace lockstep::detail

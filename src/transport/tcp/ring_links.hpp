@@ -34,6 +34,16 @@ struct ring_links {
   std::size_t next_rank() const { return (rank + 1) % world; }
   std::size_t prev_rank() const { return (rank + world - 1) % world; }
 
+  /// The cluster's number of the worker at ring position `position`: the
+  /// position itself in the ring of all workers; `workers[position]` in a
+  /// ring of some of them (the leaders of hosts), which the handshakes
+  /// check and the errors name.
+  std::size_t worker_of(std::size_t position) const {
+    return position < workers.size() ? workers[position] : position;
+  }
+  std::size_t next_worker() const { return worker_of(next_rank()); }
+  std::size_t prev_worker() const { return worker_of(prev_rank()); }
+
   /// Sends `out` to the next rank while it receives `in` from the previous
   /// one, until both are done. When neither can move, it retries for up to
   /// runtime_options::spin_wait while this host's runnable threads fit on
@@ -76,6 +86,10 @@ struct ring_links {
   /// end, from `ahead_at` on: every receive takes these bytes first.
   bytes ahead;
   std::size_t ahead_at = 0;
+
+  /// By ring position: the worker's number in the cluster (worker_of);
+  /// empty in the ring of all workers.
+  std::vector<std::size_t> workers;
 };
 
 /// What else connect_ring watches while it waits: connections whose end
