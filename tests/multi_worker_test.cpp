@@ -203,6 +203,11 @@ TEST_CASE("workers on several hosts: each host's workers reduce through its memo
     // shares host 0 with worker 0.
     {{0, 0, 1}, 2, {"collectives"}, "ok collectives: 3 workers x 2 replicas", "0, 1 | 2"},
     {{0, 0, 1}, 2, {"mismatch"}, "ok mismatch", "0, 1 | 2"},
+    // Only one worker issues the second all-reduce: every worker's timeout
+    // names it as the program numbers it and every worker that did not
+    // come, on the other host too (a host's group asks the node).
+    {{0, 0, 1}, 2, {"skipped", "0"}, "ok skipped", "0, 1 | 2"},
+    {{0, 0, 1}, 2, {"skipped", "2"}, "ok skipped", "0, 1 | 2"},
     // The worker killed is a host's second worker, then a host's leader.
     {{0, 0, 1, 1}, 1, {"lost", "kill"}, "ok lost", "0, 1 | 2, 3"},
     {{0, 0, 0, 1}, 1, {"lost", "kill"}, "ok lost", "0, 1, 2 | 3"}};

@@ -28,6 +28,12 @@ struct collective_options {
   /// How an all-reduce of several tensors packs them (one collective per
   /// pack); every rank must pass the same.
   pack_options packing;
+  /// The collective's number, where a composed communicator numbers its
+  /// stages itself (hierarchical_communicator between processes: each
+  /// stage, and each dtype run of an all-reduce, takes the number of the
+  /// collective it is part of, so that every worker's errors and progress
+  /// count the program's collectives); 0: the communicator numbers it.
+  std::uint64_t seq = 0;
   /// Set when this rank cannot contribute (an earlier stage of a composed
   /// collective failed): it still meets the others, and the collective
   /// fails on every rank with this error instead of hanging the others.

@@ -45,11 +45,13 @@ hierarchical_communicator::hierarchical_communicator(std::shared_ptr<communicato
 hierarchical_communicator::hierarchical_communicator(std::shared_ptr<communicator> local,
                                                      std::shared_ptr<communicator> leaders,
                                                      rank_groups layout, std::size_t group_index,
-                                                     std::chrono::milliseconds leaders_report_delay)
+                                                     std::chrono::milliseconds leaders_report_delay,
+                                                     bool owns_stages)
   : local_(std::move(local)),
     leaders_(std::move(leaders)),
     layout_(std::move(layout)),
     group_index_(group_index),
+    owns_stages_(owns_stages),
     leaders_report_delay_(leaders_report_delay) {
   const auto& groups = layout_.groups;
   if (!local_)
@@ -124,8 +126,14 @@ communicator& hierarchical_communicator::leaders() const {
   return *leaders_;
 }
 
-void hierarchical_communicator::begin(std::size_t local) noexcept {
-  started_[local].fetch_add(1, std::memory_order_relaxed);
+collective_options hierarchical_communicator::begin(std::size_t local,
+                                                    const collective_options& options) {
+  const auto number = started_[local].fetch_add(1, std::memory_order_relaxed) + 1;
+  if (!owns_stages_)
+    return options;
+  auto numbered = options;
+  numbered.seq = number;
+  return numbered;
 }
 
 template <class Inward, class Across>
@@ -174,14 +182,14 @@ void hierarchical_communicator::all_reduce(std::size_t rank, reduce_op op,
                                            const collective_options& options,
                                            std::uint64_t first_seq) {
   const auto local = local_rank(rank, "all_reduce");
-  begin(local);
+  const auto stages = begin(local, options);
   if (local_->size() == 1) { // one rank in the group: the local stages would only copy
-    leaders().all_reduce(group_index_, op, inputs, outputs, options);
+    leaders().all_reduce(group_index_, op, inputs, outputs, stages);
     return;
   }
   const auto stage_op = op == reduce_op::mean ? reduce_op::sum : op;
   staged(
-    local, outputs, options,
+    local, outputs, stages,
     [&](const collective_options& o) {
       local_->all_reduce(local, stage_op, inputs, outputs, o, first_seq);
     },
@@ -215,7 +223,7 @@ void hierarchical_communicator::reduce_scatter(std::size_t rank, reduce_op op,
 void hierarchical_communicator::all_gather(std::size_t rank, const tensor& input,
                                            tensor& output, const collective_options& options) {
   const auto local = local_rank(rank, "all_gather");
-  begin(local);
+  const auto stages = begin(local, options);
   const auto elements = input.num_elements();
   const auto blocks = [&](std::size_t n) {
     return tensor::uninitialized(input.dtype(), {static_cast<std::int64_t>(n) * elements},
@@ -227,7 +235,7 @@ void hierarchical_communicator::all_gather(std::size_t rank, const tensor& input
   // every block at its rank's place.
   tensor group_blocks = blocks(local_->size());
   staged(
-    local, {&output, 1}, options,
+    local, {&output, 1}, stages,
     [&](const collective_options& o) { local_->all_gather(local, input, group_blocks, o); },
     [&](const collective_options& o) {
       if (uniform_) {
@@ -262,10 +270,10 @@ void hierarchical_communicator::broadcast(std::size_t rank, std::size_t root,
   if (root >= size())
     throw value_error("broadcast in '" + name() + "': root " + std::to_string(root)
                       + " out of range for " + std::to_string(size()) + " ranks");
-  begin(local);
+  const auto stages = begin(local, options);
   const auto [root_group, root_local] = place_[root];
   staged(
-    local, buffers, options,
+    local, buffers, stages,
     [&](const collective_options& o) {
       // The root's group brings the value to its leader; the other groups
       // meet with nothing, so that a failure on any rank reaches the leader.

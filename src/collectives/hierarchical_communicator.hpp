@@ -58,13 +58,18 @@ public:
   /// The groups of `layout`, this one group `group_index` (local->size()
   /// ranks). `leaders` may be null where this communicator serves no
   /// leader (a process whose one rank is not its group's first): then
-  /// `leaders_report_delay` stands for the leaders' report_delay(). Throws
+  /// `leaders_report_delay` stands for the leaders' report_delay().
+  /// `owns_stages`: `local` and `leaders` serve this communicator alone,
+  /// so it numbers their collectives (collective_options::seq) as its own:
+  /// every stage of its collective #k is #k, in errors and in the progress
+  /// that a timeout between processes asks about (reached()). Throws
   /// value_error for a layout that is not a partition of the ranks, or
   /// that does not fit `local` and `leaders`.
   hierarchical_communicator(std::shared_ptr<communicator> local,
                             std::shared_ptr<communicator> leaders, rank_groups layout,
                             std::size_t group_index,
-                            std::chrono::milliseconds leaders_report_delay = {});
+                            std::chrono::milliseconds leaders_report_delay = {},
+                            bool owns_stages = false);
 
   /// The collectives that global rank `rank` of this group started (0 for
   /// none): what a worker reached, which a timeout between processes asks.
@@ -91,8 +96,9 @@ private:
   std::size_t local_rank(std::size_t rank, const char* op) const;
   /// The leaders' communicator; logic_error where this one has none.
   communicator& leaders() const;
-  /// Starts a collective of local rank `local` (reached()).
-  void begin(std::size_t local) noexcept;
+  /// Starts a collective of local rank `local` (reached()): the options
+  /// of its stages (numbered, where this communicator owns them).
+  collective_options begin(std::size_t local, const collective_options& options);
 
   /// Runs the three stages on local rank `local`: `inward` on every local
   /// rank, `across` on the leader, then the leader's broadcast of
@@ -108,6 +114,7 @@ private:
   std::size_t ranks_ = 0;                     // in all groups
   std::vector<std::pair<std::size_t, std::size_t>> place_; // by rank: (group, local rank)
   bool uniform_ = true;                       // rank g·L + l is local rank l of group g
+  bool owns_stages_ = false;
   std::chrono::milliseconds leaders_report_delay_{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> started_; // by local rank
 };

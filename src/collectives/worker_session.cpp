@@ -47,6 +47,11 @@ void worker_session::restart_numbering() noexcept {
   last_seq_ = 0;
 }
 
+std::uint64_t worker_session::number(std::size_t rank, const collective_options& options,
+                                     std::uint64_t first_seq) const {
+  return options.seq != 0 ? options.seq : std::max(first_seq, next_seq(rank));
+}
+
 std::uint64_t worker_session::next_seq(std::size_t rank) const {
   check_rank(rank);
   std::lock_guard lock{mutex_};

@@ -9,6 +9,7 @@
 // the fingerprints' epochs. Thread-safe.
 
 #include "collectives/collective_fingerprint.hpp"
+#include "collectives/collective_options.hpp"
 #include "collectives/collective_session.hpp"
 
 #include <array>
@@ -39,6 +40,10 @@ public:
 
   /// value_error unless `rank` is this process's.
   void check_rank(std::size_t rank) const;
+  /// The number of this rank's next collective: `options.seq` where the
+  /// caller numbers it, else next_seq(rank) or `first_seq`, the larger.
+  std::uint64_t number(std::size_t rank, const collective_options& options,
+                       std::uint64_t first_seq = 0) const;
   /// Collective `seq` starts: throws the reason it was withdrawn with
   /// (cancel_below), else it runs now.
   void begin(std::uint64_t seq);

@@ -4,6 +4,7 @@
 #include "collectives/chunk_reduction.hpp"
 #include "collectives/tensor_bytes.hpp"
 #include "collectives/thread_scratch.hpp"
+#include "collectives/worker_timeout.hpp"
 #include "runtime/error_text.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/spin_wait.hpp"
@@ -211,8 +212,28 @@ void host_shm_communicator::throw_if_broken() const {
     rethrow(broken_reason());
 }
 
+void host_shm_communicator::explain_timeouts(std::chrono::milliseconds delay,
+                                             progress_question ask, failure_notice tell) {
+  std::lock_guard lock{explain_mutex_};
+  delay_ = delay;
+  ask_ = std::move(ask);
+  tell_ = std::move(tell);
+}
+
+std::chrono::milliseconds host_shm_communicator::report_delay() const noexcept {
+  std::lock_guard lock{explain_mutex_};
+  return delay_;
+}
+
 error_value host_shm_communicator::timeout_reason(const collective_fingerprint& f,
                                                   std::chrono::milliseconds timeout) const {
+  progress_question ask;
+  {
+    std::lock_guard lock{explain_mutex_};
+    ask = ask_;
+  }
+  if (ask)
+    return worker_timeout(f, workers_[rank_], timeout, ask(f.seq));
   auto text = f.op + " #" + std::to_string(f.seq) + " between the workers ("
               + f.details(false).substr(1) + ") timed out on worker "
               + std::to_string(workers_[rank_]) + " after " + std::to_string(timeout.count())
@@ -251,9 +272,18 @@ void host_shm_communicator::barrier(std::uint64_t phase, time_point deadline,
     return;
   case wait_end::stopped:
     rethrow(broken_reason());
-  case wait_end::deadline:
-    break_group(timeout_reason(f, timeout));
+  case wait_end::deadline: {
+    const auto reason = timeout_reason(f, timeout);
+    break_group(reason);
+    failure_notice tell;
+    {
+      std::lock_guard lock{explain_mutex_};
+      tell = tell_;
+    }
+    if (tell)
+      tell(reason);
     rethrow(broken_reason()); // this rank's reason, or one that came first
+  }
   }
 }
 
@@ -405,7 +435,7 @@ void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
         || outputs[i].num_elements() != inputs[i].num_elements())
       throw value_error("host_shm all_reduce: output " + std::to_string(i)
                         + " does not match its input");
-  auto seq = std::max(first_seq, session_.next_seq(rank));
+  auto seq = session_.number(rank, options, first_seq);
   const auto batch = sign_batch(inputs);
   // One collective per run of tensors of one dtype.
   std::size_t first = 0;
@@ -418,7 +448,8 @@ void host_shm_communicator::all_reduce(std::size_t rank, reduce_op op,
     const auto pack_out = outputs.subspan(first, last - first);
     const auto bytes = pack_bytes(pack_in);
     const auto type = inputs.empty() ? dtype::f32 : inputs[first].dtype();
-    auto f = all_reduce_fingerprint(seq++, op, inputs, first, last, batch, options);
+    const auto run_seq = options.seq != 0 ? seq : seq++; // caller-numbered: one number
+    auto f = all_reduce_fingerprint(run_seq, op, inputs, first, last, batch, options);
     if (bytes <= small_bytes) {
       // Through the records: every rank reduces every rank's data.
       alignas(64) std::byte mine[small_bytes];
@@ -460,7 +491,7 @@ void host_shm_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
     throw value_error("host_shm reduce_scatter: the input needs " + std::to_string(ranks_)
                       + " blocks of the output's size and dtype");
   collective_fingerprint f;
-  f.seq = session_.next_seq(rank);
+  f.seq = session_.number(rank, options);
   f.op = "reduce_scatter";
   f.reduction = std::string(to_string(op));
   f.tag = options.tag;
@@ -484,8 +515,8 @@ void host_shm_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
 
 void host_shm_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                        const collective_options& options) {
-  const auto f = all_gather_fingerprint("host_shm", ranks_, session_.next_seq(rank), input,
-                                        output, options);
+  const auto f = all_gather_fingerprint("host_shm", ranks_, session_.number(rank, options),
+                                        input, output, options);
   const auto bytes = input.byte_size();
   const auto chunk = slot_bytes_;
   const auto fill = [&](std::size_t offset, std::size_t length) {
@@ -516,7 +547,7 @@ void host_shm_communicator::broadcast(std::size_t rank, std::size_t root,
   if (root >= ranks_)
     throw value_error("host_shm broadcast: root " + std::to_string(root) + " of "
                       + std::to_string(ranks_) + " ranks");
-  const auto f = broadcast_fingerprint(session_.next_seq(rank), root, buffers, options);
+  const auto f = broadcast_fingerprint(session_.number(rank, options), root, buffers, options);
   const auto bytes = pack_bytes(buffers);
   const auto chunk = slot_bytes_;
   const auto fill = [&](std::size_t offset, std::size_t length) {

@@ -47,7 +47,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace lockstep::detail {
@@ -88,6 +90,23 @@ public:
 
   /// The last collective this rank started (0 for none).
   std::uint64_t reached() const noexcept;
+
+  /// Which collective each worker of the cluster reached (by worker
+  /// number, no_progress_answer where one did not answer), asked when
+  /// collective `seq` passed its deadline; empty when nobody could be asked.
+  using progress_question = std::function<std::vector<std::uint64_t>(std::uint64_t seq)>;
+  /// Tells every worker of the cluster that this worker's collective
+  /// failed with `why`.
+  using failure_notice = std::function<void(const error_value& why)>;
+  /// For a group of one host among several (the hierarchical form): a
+  /// timeout names every worker of the cluster that did not reach the
+  /// collective, asked with `ask` (within `delay`), not only this host's,
+  /// and `tell` passes it on to the other hosts. Without it, the workers'
+  /// progress in the segment explains it. Any thread; empty hooks undo it.
+  void explain_timeouts(std::chrono::milliseconds delay, progress_question ask,
+                        failure_notice tell);
+  /// How long after a deadline a timeout_error may come (asking the others).
+  std::chrono::milliseconds report_delay() const noexcept override;
 
   std::string name() const override;
   std::size_t size() const noexcept override;
@@ -161,6 +180,10 @@ private:
   std::uint64_t collectives_ = 0; // collectives this rank ran (which record area)
   ring_records records_;          // the frames, decoded from the segment
   worker_session session_;
+  mutable std::mutex explain_mutex_; // guards explain_timeouts' hooks below
+  std::chrono::milliseconds delay_{0};
+  progress_question ask_;
+  failure_notice tell_;
 };
 
 } // namespace lockstep::detail

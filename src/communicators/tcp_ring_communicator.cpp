@@ -3,6 +3,7 @@
 #include "collectives/allreduce_slices.hpp"
 #include "collectives/ring_collectives.hpp"
 #include "collectives/tensor_bytes.hpp"
+#include "collectives/worker_timeout.hpp"
 #include "runtime/error_text.hpp"
 
 #include "lockstep/error.hpp"
@@ -136,40 +137,9 @@ error_value tcp_ring_communicator::explain_timeout(const collective_fingerprint&
     ask = ask_;
   }
   const auto reached = ask ? ask(f.seq) : std::vector<std::uint64_t>{};
-  // The collective as the user knows it: its number among the collectives
-  // between the workers (every worker counts them alike), not a replica
-  // group's or a fan-out's.
-  auto text = f.op + " #" + std::to_string(f.seq) + " between the workers ("
-              + f.details(false).substr(1) + ") timed out on worker " + std::to_string(worker_) + " after "
-              + std::to_string(timeout.count()) + " ms (its timeout): ";
-  std::vector<std::string> missing, where, silent;
-  for (std::size_t r = 0; r < reached.size(); ++r) { // every worker's, by number
-    if (r == worker_)
-      continue;
-    if (reached[r] == no_answer) {
-      silent.push_back(std::to_string(r));
-    } else if (reached[r] < f.seq) {
-      missing.push_back(std::to_string(r));
-      if (where.size() <= items_in_errors)
-        where.push_back("worker " + std::to_string(r)
-                        + (reached[r] == 0 ? " has issued none"
-                                           : " last issued #" + std::to_string(reached[r])));
-    }
-  }
-  std::vector<std::string> parts;
-  if (reached.empty())
-    parts.push_back("the other workers could not be asked which collectives they reached");
-  if (!missing.empty())
-    parts.push_back(workers_text(missing) + " did not reach it ("
-                    + joined_list(where, items_in_errors, missing.size()) + ")");
-  if (!silent.empty())
-    parts.push_back(workers_text(silent) + " did not answer in time (frozen, or unreachable)");
-  if (parts.empty())
-    parts.push_back("every worker reached it, and its data stalled");
-  for (std::size_t i = 0; i < parts.size(); ++i)
-    text += (i == 0 ? "" : "; ") + parts[i];
-  text += "; " + stalled;
-  return {error_kind::timeout_error, std::move(text), "lockstep::timeout_error"};
+  auto reason = worker_timeout(f, worker_, timeout, reached);
+  reason.message += "; " + stalled;
+  return reason;
 }
 
 void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
@@ -179,7 +149,7 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
   if (inputs.size() != outputs.size())
     throw value_error("tcp_ring all_reduce: " + std::to_string(inputs.size()) + " inputs but "
                       + std::to_string(outputs.size()) + " outputs");
-  auto seq = std::max(first_seq, session_.next_seq(rank));
+  auto seq = session_.number(rank, options, first_seq);
   const auto batch = sign_batch(inputs);
   // One ring collective per run of tensors of one dtype, through one
   // contiguous buffer.
@@ -196,7 +166,8 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
                           + " does not match its input");
       total += inputs[i].byte_size();
     }
-    auto f = all_reduce_fingerprint(seq++, op, inputs, first, last, batch, options);
+    const auto run_seq = options.seq != 0 ? seq : seq++; // caller-numbered: one number
+    auto f = all_reduce_fingerprint(run_seq, op, inputs, first, last, batch, options);
     run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                          link::time_point deadline) {
       if (total == 0) { // nothing to move (and memcpy must not see a null buffer)
@@ -252,8 +223,8 @@ void tcp_ring_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
 
 void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                        const collective_options& options) {
-  auto f = all_gather_fingerprint("tcp_ring", link_.size(), session_.next_seq(rank), input,
-                                  output, options);
+  auto f = all_gather_fingerprint("tcp_ring", link_.size(), session_.number(rank, options),
+                                  input, output, options);
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                        link::time_point deadline) {
     ring_agree(link_, records_, mine, options.failure, deadline);
@@ -267,7 +238,7 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
 
 void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
                                       const collective_options& options) {
-  auto f = broadcast_fingerprint(session_.next_seq(rank), root, buffers, options);
+  auto f = broadcast_fingerprint(session_.number(rank, options), root, buffers, options);
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                        link::time_point deadline) {
     ring_agree(link_, records_, mine, options.failure, deadline);

@@ -39,6 +39,7 @@
 #include "collectives/communicator.hpp"
 #include "collectives/ring_records.hpp"
 #include "collectives/worker_session.hpp"
+#include "collectives/worker_timeout.hpp"
 #include "runtime/error_value.hpp"
 #include "transport/tcp/tcp_link.hpp"
 
@@ -59,7 +60,7 @@ public:
   void break_ring(const error_value& why) noexcept;
 
   /// In a progress answer: a worker that did not answer.
-  static constexpr std::uint64_t no_answer = ~std::uint64_t{0};
+  static constexpr std::uint64_t no_answer = no_progress_answer;
 
   /// Which collective between the workers each worker reached, by rank
   /// (no_answer where one did not answer), asked when

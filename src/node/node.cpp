@@ -184,7 +184,7 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
         std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
     }
     hosts_ = std::make_shared<hierarchical_communicator>(plan.local, leaders_, plan.hosts,
-                                                         plan.host, ask_wait);
+                                                         plan.host, ask_wait, true);
   }
   ring_->restart_numbering(); // the program's first collective is #1
   // The node actor watches the peers; control_links carries its messages.
@@ -238,6 +238,8 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   for (const auto& each : {ring_, leaders_})
     if (each)
       each->explain_timeouts(ask_wait, ask, tell);
+  if (hosts_ && host_) // one host among several: its timeouts ask every worker too
+    host_->explain_timeouts(ask_wait, ask, tell);
   try {
     start_links();
   } catch (...) { // resource_error: the links' thread did not start
@@ -266,6 +268,8 @@ void node::forget_actor() noexcept {
   for (const auto& each : {ring_, leaders_})
     if (each)
       each->explain_timeouts({}, {}, {});
+  if (host_)
+    host_->explain_timeouts({}, {}, {});
 }
 
 void node::start_links() {

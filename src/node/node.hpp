@@ -76,8 +76,8 @@ public:
 private:
   /// Starts the control links, which deliver to the node actor.
   void start_links();
-  /// The rings stop asking the node actor about timeouts (they may
-  /// outlive it).
+  /// The rings and the host's group stop asking the node actor about
+  /// timeouts (they may outlive it).
   void forget_actor() noexcept;
 
   // Shared with the ring, whose sockets may outlive this node.
