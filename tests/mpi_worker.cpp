@@ -44,6 +44,14 @@ int world_rank = 0;
 int world_size = 0;
 int failures = 0;
 
+/// Rank 0 shows an error's text in the test's log (docs/multi_worker.md
+/// quotes them).
+void show(const char* what, const lockstep::detail::error_value& e) {
+  if (world_rank == 0)
+    std::cout << "error text (" << what << "): " << lockstep::detail::to_string(e.kind) << ": "
+              << e.message << std::endl;
+}
+
 void expect(bool ok, const std::string& what) {
   if (ok)
     return;
@@ -319,6 +327,7 @@ void agreement_errors(mpi_communicator& comm) {
   {
     auto in = tensor::zeros(dtype::f32, {world_rank == 0 ? 4 : 5});
     const auto e = error_of([&] { comm.all_reduce(comm.rank(), reduce_op::sum, {&in, 1}, {&in, 1}, {}); });
+    show("mismatched shapes", e);
     expect(e.kind == error_kind::shape_error, "mismatched shapes: " + e.message);
     expect(same_on_every_rank(e.message), "mismatched shapes: the ranks' errors differ");
   }
@@ -378,6 +387,7 @@ void mpi_errors() {
   const auto e = error_of([&] {
     comm.broadcast(comm.rank(), world_size, {&buffer, 1}, {});
   });
+  show("a bad root", e);
   expect(e.kind == error_kind::value_error
            && e.message.find("MPI_Ibcast failed: MPI_ERR_ROOT") != std::string::npos
            && e.message.find("broadcast #1") != std::string::npos,
@@ -431,6 +441,7 @@ void a_rank_skips_a_collective() {
       comm.all_reduce(comm.rank(), reduce_op::sum, {&in, 1}, {&in, 1}, options);
     });
     const auto waited = std::chrono::steady_clock::now() - start;
+    show("a rank skips a collective", e);
     expect(e.kind == error_kind::timeout_error
              && e.message.find("all_reduce #1 between the workers (sum int64 [6]) timed out on "
                                "worker " + std::to_string(world_rank) + " after 300 ms")

@@ -125,6 +125,13 @@ mpi_runtime& runtime() {
   return instance;
 }
 
+/// What MPI call `start` returns, called under the MPI lock.
+template <class Start>
+int locked(Start start) {
+  std::lock_guard lock{mpi_mutex()};
+  return start();
+}
+
 /// MPI's datatype for elements of `type`.
 MPI_Datatype datatype_of(dtype type) {
   switch (type) {
@@ -319,8 +326,11 @@ void mpi_communicator::abandon(std::vector<MPI_Request>& requests, std::span<con
 void mpi_communicator::check(int code, const char* call, const collective_fingerprint& f) {
   if (code == MPI_SUCCESS)
     return;
-  auto why = mpi_error(code, call,
-                       "mpi: " + f.to_string() + " on worker " + std::to_string(rank_));
+  error_value why;
+  {
+    std::lock_guard lock{mpi_mutex()}; // MPI_Error_string is an MPI call too
+    why = mpi_error(code, call, "mpi: " + f.to_string() + " on worker " + std::to_string(rank_));
+  }
   break_group(why); // MPI's state after an error is undefined (MPI-3.1, 8.3)
   throw_if_broken();
 }
@@ -389,14 +399,13 @@ void mpi_communicator::agree(const collective_fingerprint& f, const collective_o
   store_le(b.record.data(), std::uint64_t{mine.size()});
   std::memcpy(b.record.data() + 8, mine.data(), std::min(mine.size(), record_bytes - 8));
   b.gathered.resize(ranks_ * record_bytes);
-  {
-    std::lock_guard lock{mpi_mutex()};
-    requests_.assign(1, MPI_REQUEST_NULL);
-    check(MPI_Iallgather(b.record.data(), static_cast<int>(record_bytes), MPI_BYTE,
-                         b.gathered.data(), static_cast<int>(record_bytes), MPI_BYTE, comm_,
-                         requests_.data()),
-          "MPI_Iallgather", f);
-  }
+  requests_.assign(1, MPI_REQUEST_NULL);
+  check(locked([&] {
+          return MPI_Iallgather(b.record.data(), static_cast<int>(record_bytes), MPI_BYTE,
+                                b.gathered.data(), static_cast<int>(record_bytes), MPI_BYTE,
+                                comm_, requests_.data());
+        }),
+        "MPI_Iallgather", f);
   wait(requests_, agreement_wait, f, options.timeout, deadline);
   b.lengths.resize(ranks_);
   bool fit = true;
@@ -426,14 +435,13 @@ void mpi_communicator::agree(const collective_fingerprint& f, const collective_o
     }
     b.frame.assign(mine.begin(), mine.end());
     b.long_frames.resize(std::max<std::size_t>(total, 1));
-    {
-      std::lock_guard lock{mpi_mutex()};
-      requests_.assign(1, MPI_REQUEST_NULL);
-      check(MPI_Iallgatherv(b.frame.data(), static_cast<int>(b.frame.size()), MPI_BYTE,
-                            b.long_frames.data(), b.lengths.data(), b.offsets.data(), MPI_BYTE,
-                            comm_, requests_.data()),
-            "MPI_Iallgatherv", f);
-    }
+    requests_.assign(1, MPI_REQUEST_NULL);
+    check(locked([&] {
+            return MPI_Iallgatherv(b.frame.data(), static_cast<int>(b.frame.size()), MPI_BYTE,
+                                   b.long_frames.data(), b.lengths.data(), b.offsets.data(),
+                                   MPI_BYTE, comm_, requests_.data());
+          }),
+          "MPI_Iallgatherv", f);
     wait(requests_, "MPI_Iallgatherv (the agreement's long records)", f, options.timeout,
          deadline);
     for (std::size_t r = 0; r < ranks_; ++r)
@@ -496,13 +504,13 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
         return;
       const auto count = count_of(total / size_of(type), "all_reduce");
       const auto reduce = [&](const void* in, void* out, std::span<const tensor> keep) {
-        {
-          std::lock_guard lock{mpi_mutex()};
-          requests_.assign(1, MPI_REQUEST_NULL);
-          check(MPI_Iallreduce(in, out, count, datatype_of(type), op_of(op, type), comm_,
-                               requests_.data()),
-                "MPI_Iallreduce", f);
-        }
+        requests_.assign(1, MPI_REQUEST_NULL);
+        const auto datatype = datatype_of(type);
+        const auto mpi_op = op_of(op, type);
+        check(locked([&] {
+                return MPI_Iallreduce(in, out, count, datatype, mpi_op, comm_, requests_.data());
+              }),
+              "MPI_Iallreduce", f);
         wait(requests_, "MPI_Iallreduce", f, options.timeout, deadline, keep);
         if (op == reduce_op::mean)
           divide(type, out, static_cast<std::size_t>(count), ranks_);
@@ -555,14 +563,14 @@ void mpi_communicator::reduce_scatter(std::size_t rank, reduce_op op, const tens
     if (block == 0)
       return;
     const auto count = count_of(block, "reduce_scatter");
-    {
-      std::lock_guard lock{mpi_mutex()};
-      requests_.assign(1, MPI_REQUEST_NULL);
-      check(MPI_Ireduce_scatter_block(input.raw_data(), output.raw_data(), count,
-                                      datatype_of(f.dtype), op_of(op, f.dtype), comm_,
-                                      requests_.data()),
-            "MPI_Ireduce_scatter_block", f);
-    }
+    requests_.assign(1, MPI_REQUEST_NULL);
+    const auto datatype = datatype_of(f.dtype);
+    const auto mpi_op = op_of(op, f.dtype);
+    check(locked([&] {
+            return MPI_Ireduce_scatter_block(input.raw_data(), output.raw_data(), count, datatype,
+                                             mpi_op, comm_, requests_.data());
+          }),
+          "MPI_Ireduce_scatter_block", f);
     const tensor keep[] = {input, output};
     wait(requests_, "MPI_Ireduce_scatter_block", f, options.timeout, deadline, keep);
     if (op == reduce_op::mean)
@@ -579,13 +587,12 @@ void mpi_communicator::all_gather(std::size_t rank, const tensor& input, tensor&
     if (bytes == 0)
       return;
     const auto count = count_of(bytes, "all_gather");
-    {
-      std::lock_guard lock{mpi_mutex()};
-      requests_.assign(1, MPI_REQUEST_NULL);
-      check(MPI_Iallgather(input.raw_data(), count, MPI_BYTE, output.raw_data(), count, MPI_BYTE,
-                           comm_, requests_.data()),
-            "MPI_Iallgather", f);
-    }
+    requests_.assign(1, MPI_REQUEST_NULL);
+    check(locked([&] {
+            return MPI_Iallgather(input.raw_data(), count, MPI_BYTE, output.raw_data(), count,
+                                  MPI_BYTE, comm_, requests_.data());
+          }),
+          "MPI_Iallgather", f);
     const tensor keep[] = {input, output};
     wait(requests_, "MPI_Iallgather", f, options.timeout, deadline, keep);
   });
@@ -600,22 +607,21 @@ void mpi_communicator::broadcast(std::size_t rank, std::size_t root, std::span<t
     const auto mpi_root = root > static_cast<std::size_t>(std::numeric_limits<int>::max())
                             ? -1
                             : static_cast<int>(root);
-    {
-      std::lock_guard lock{mpi_mutex()};
-      requests_.clear();
-      for (auto& buffer : buffers) {
-        const auto bytes = buffer.byte_size();
-        if (bytes == 0)
-          continue;
-        requests_.push_back(MPI_REQUEST_NULL);
-        const auto code = MPI_Ibcast(buffer.raw_data(), count_of(bytes, "broadcast"), MPI_BYTE,
-                                     mpi_root, comm_, &requests_.back());
-        if (code != MPI_SUCCESS) {
-          requests_.pop_back();
-          abandon(requests_, {buffers.data(), buffers.size()});
-          check(code, "MPI_Ibcast", f);
-        }
+    requests_.clear();
+    for (auto& buffer : buffers) {
+      const auto bytes = buffer.byte_size();
+      if (bytes == 0)
+        continue;
+      const auto count = count_of(bytes, "broadcast");
+      auto request = MPI_REQUEST_NULL;
+      const auto code = locked([&] {
+        return MPI_Ibcast(buffer.raw_data(), count, MPI_BYTE, mpi_root, comm_, &request);
+      });
+      if (code != MPI_SUCCESS) {
+        abandon(requests_, {buffers.data(), buffers.size()}); // the broadcasts started
+        check(code, "MPI_Ibcast", f);
       }
+      requests_.push_back(request);
     }
     wait(requests_, "MPI_Ibcast", f, options.timeout, deadline, {buffers.data(), buffers.size()});
   });
