@@ -1,7 +1,9 @@
 // The collectives over MPI (src/communicators/mpi_communicator.hpp) under
 // Open MPI's real mpirun, with 2 and 3 ranks (--oversubscribe: more ranks
 // than CPUs here): each rank of tests/mpi_worker checks every collective,
-// op, dtype and error path and prints "ok mpi: rank r of N". Exits 77
+// op, dtype and error path and prints "ok mpi: rank r of N"; then a
+// program that initializes MPI itself, at MPI_THREAD_SERIALIZED (which
+// suffices) and MPI_THREAD_SINGLE (refused), and finalizes it. Exits 77
 // (skipped) where mpirun is not installed. MPI_WORKER (set by meson) names
 // the worker program.
 
@@ -41,13 +43,14 @@ std::string text_of(const fs::path& file) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-/// Runs the worker under `mpirun -n ranks`; returns its output.
-std::string run_ranks(int ranks) {
+/// Runs the worker (with `argument`, if any) under `mpirun -n ranks`;
+/// returns its output.
+std::string run_ranks(int ranks, const std::string& argument = "") {
   const char* worker = std::getenv("MPI_WORKER");
   REQUIRE_MESSAGE(worker != nullptr, "MPI_WORKER is not set (run the test through meson)");
   const auto out = fs::temp_directory_path()
                    / ("lockstep-mpi-test-" + std::to_string(::getpid()) + "-"
-                      + std::to_string(ranks) + ".txt");
+                      + std::to_string(ranks) + argument + ".txt");
   child_command command;
   command.argv = {*on_path("mpirun")};
   if (::geteuid() == 0)
@@ -55,6 +58,8 @@ std::string run_ranks(int ranks) {
   // --timeout: mpirun ends the whole job, every rank, if it hangs.
   command.argv.insert(command.argv.end(), {"--oversubscribe", "--timeout", "240", "-n",
                                            std::to_string(ranks), worker});
+  if (!argument.empty())
+    command.argv.push_back(argument);
   command.out = out;
   command.limit = std::chrono::seconds{300};
   const auto exit = run_child_process(command);
@@ -78,6 +83,12 @@ TEST_CASE("mpi_communicator under mpirun -n 2") {
 
 TEST_CASE("mpi_communicator under mpirun -n 3") {
   const auto text = run_ranks(3);
+  MESSAGE(text);
+}
+
+TEST_CASE("a program that initializes MPI itself: at MPI_THREAD_SERIALIZED, and below it") {
+  run_ranks(2, "serialized");
+  const auto text = run_ranks(2, "single");
   MESSAGE(text);
 }
 

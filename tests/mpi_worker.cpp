@@ -6,7 +6,9 @@
 // ranks with raw MPI calls on MPI_COMM_WORLD. Every failed check prints a
 // line "FAIL rank r: ..."; the rank exits 1 if any did, else it prints
 // "ok mpi: rank r of N" and exits 0. Rank 0 also prints what it observed
-// of MPI's order of combining floats ("observed: ...").
+// of MPI's order of combining floats ("observed: ...") and the texts of
+// the errors ("error text ..."). With an argument ("serialized",
+// "single"), the program initializes MPI itself at that thread level.
 
 #include "communicators/mpi_communicator.hpp"
 
@@ -458,9 +460,45 @@ void a_rank_skips_a_collective() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/// The program initialized MPI itself at `level` (and finalizes it): at
+/// MPI_THREAD_SERIALIZED the communicator works and leaves MPI to the
+/// program; below it, constructing one is a context_error naming the level.
+int program_owns_mpi(int level) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, level, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (provided >= MPI_THREAD_SERIALIZED) {
+    try {
+      mpi_communicator comm;
+      auto in = closed_form_input(dtype::f32, reduce_op::sum, 9);
+      comm.all_reduce(comm.rank(), reduce_op::sum, {&in, 1}, {&in, 1}, {});
+      expect_closed_form(in, reduce_op::sum, 0, "all_reduce in a program that owns MPI");
+    } catch (const std::exception& e) {
+      expect(false, std::string("threw: ") + e.what());
+    }
+  } else {
+    const auto e = error_of([] { mpi_communicator comm; });
+    show("MPI_THREAD_SINGLE", e);
+    expect(e.kind == lockstep::detail::error_kind::context_error
+             && e.message.find("needs MPI_THREAD_SERIALIZED or above") != std::string::npos,
+           "a communicator under MPI_THREAD_SINGLE: " + e.message);
+  }
+  MPI_Finalize(); // the program's: lockstep must not finalize MPI again at exit
+  if (failures == 0)
+    std::cout << "ok mpi: rank " << world_rank << " of " << world_size << std::endl;
+  return failures == 0 ? 0 : 1;
+}
+
 } // namespace
 
-int main() {
+/// Without arguments: every check, lockstep initializing MPI. With
+/// "serialized" or "single": the program initializes MPI at that level.
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "serialized")
+    return program_owns_mpi(MPI_THREAD_SERIALIZED);
+  if (argc == 2 && std::string(argv[1]) == "single")
+    return program_owns_mpi(MPI_THREAD_SINGLE);
   try {
     mpi_communicator comm; // initializes MPI
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
