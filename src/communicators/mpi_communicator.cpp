@@ -8,6 +8,7 @@
 #include "lockstep/error.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -75,6 +76,7 @@ struct mpi_runtime {
   MPI_Op half_ops[2][4]{};
 
   mpi_runtime() {
+    mpi_mutex(); // constructed first, so destroyed after this (~mpi_runtime locks it)
     int initialized = 0;
     int finalized = 0;
     MPI_Initialized(&initialized);
