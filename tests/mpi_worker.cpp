@@ -14,10 +14,13 @@
 
 #include "collectives/chunk_reduction.hpp"
 #include "runtime/error_value.hpp"
+#include "runtime/fault_injection.hpp"
 
 #include "lockstep/error.hpp"
 
 #include "reduce_values.hpp"
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -490,11 +493,31 @@ int program_owns_mpi(int level) {
   return failures == 0 ? 0 : 1;
 }
 
+/// All-reduces until LOCKSTEP_FAULT kills this rank or another: each rank
+/// prints its pid first ("worker pid P"), so the test can check that none
+/// is left; a rank that gets through every collective says "survived".
+int killed_mid_collective() {
+  mpi_communicator comm;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  lockstep::detail::set_fault_worker(comm.rank(), 0);
+  std::cout << "worker pid " << ::getpid() << std::endl;
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto in = tensor::zeros(dtype::f32, {1 << 18});
+  for (int i = 0; i < 100; ++i)
+    comm.all_reduce(comm.rank(), reduce_op::sum, {&in, 1}, {&in, 1}, {});
+  std::cout << "survived: rank " << world_rank << std::endl;
+  return 0;
+}
+
 } // namespace
 
 /// Without arguments: every check, lockstep initializing MPI. With
 /// "serialized" or "single": the program initializes MPI at that level.
+/// With "killed": collectives until LOCKSTEP_FAULT kills a rank.
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "killed")
+    return killed_mid_collective();
   if (argc == 2 && std::string(argv[1]) == "serialized")
     return program_owns_mpi(MPI_THREAD_SERIALIZED);
   if (argc == 2 && std::string(argv[1]) == "single")

@@ -3,6 +3,7 @@
 #include "collectives/allreduce_slices.hpp"
 #include "collectives/tensor_bytes.hpp"
 #include "devices/elementwise_loops.hpp"
+#include "runtime/fault_injection.hpp"
 #include "runtime/little_endian.hpp"
 
 #include "lockstep/error.hpp"
@@ -394,6 +395,7 @@ void mpi_communicator::wait(std::vector<MPI_Request>& requests, const char* what
 void mpi_communicator::agree(const collective_fingerprint& f, const collective_options& options,
                              time_point deadline) {
   auto& b = *buffers_;
+  fault_point("agree");
   records_.start(rank_, ranks_, f, options.failure, {});
   const auto mine = records_.frame(rank_);
   // Each record: the frame's length, then as much of the frame as fits.
@@ -513,6 +515,7 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
                 return MPI_Iallreduce(in, out, count, datatype, mpi_op, comm_, requests_.data());
               }),
               "MPI_Iallreduce", f);
+        fault_point("reduce-scatter"); // a rank lost with its all-reduce in flight
         wait(requests_, "MPI_Iallreduce", f, options.timeout, deadline, keep);
         if (op == reduce_op::mean)
           divide(type, out, static_cast<std::size_t>(count), ranks_);
@@ -573,6 +576,7 @@ void mpi_communicator::reduce_scatter(std::size_t rank, reduce_op op, const tens
                                              mpi_op, comm_, requests_.data());
           }),
           "MPI_Ireduce_scatter_block", f);
+    fault_point("reduce-scatter");
     const tensor keep[] = {input, output};
     wait(requests_, "MPI_Ireduce_scatter_block", f, options.timeout, deadline, keep);
     if (op == reduce_op::mean)
@@ -595,6 +599,7 @@ void mpi_communicator::all_gather(std::size_t rank, const tensor& input, tensor&
                                   MPI_BYTE, comm_, requests_.data());
           }),
           "MPI_Iallgather", f);
+    fault_point("all-gather");
     const tensor keep[] = {input, output};
     wait(requests_, "MPI_Iallgather", f, options.timeout, deadline, keep);
   });
