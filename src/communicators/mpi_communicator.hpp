@@ -89,8 +89,10 @@ public:
 
   /// A duplicate of `parent` (every rank of `parent` constructs one
   /// together: MPI_Comm_dup is collective). Initializes MPI first when
-  /// nobody did. Throws resource_error when MPI runs below
-  /// MPI_THREAD_SERIALIZED, and the error of a failing MPI call.
+  /// nobody did. Throws context_error when MPI runs below
+  /// MPI_THREAD_SERIALIZED or was finalized, and mpi_error's error for a
+  /// failing MPI call (an error on `parent` itself goes to its own error
+  /// handler, MPI_COMM_WORLD's aborts).
   explicit mpi_communicator(MPI_Comm parent = MPI_COMM_WORLD);
 
   /// Frees the duplicate, unless the communicator is broken or MPI was
