@@ -21,11 +21,11 @@ packages=(
   libssl-dev            # OpenSSL libcrypto: the cluster handshake's HMAC-SHA256
   dataset-fashion-mnist # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist): examples, tests/idx_test
   gnuplot-nox           # plots of benchmark tables
-  openmpi-bin           # mpirun: tests/launchers_test runs one real Open MPI job
+  openmpi-bin           # mpirun: tests/launchers_test and the 'mpi' suite run real Open MPI jobs
+  libopenmpi-dev        # mpi.h: the collectives over MPI (meson option 'mpi'); bench/peers/mpi_allreduce.cpp
 )
 # Only for tools/compare_mpi.sh and tools/compare_tcp.sh.
 comparison_packages=(
-  libopenmpi-dev        # mpicxx and mpi.h: bench/peers/mpi_allreduce.cpp
   libgloo-dev           # Gloo's headers and library: bench/peers/gloo_allreduce.cpp
 )
 

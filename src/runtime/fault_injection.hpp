@@ -25,6 +25,11 @@
 // came back; reduce-scatter after their slice of a large all-reduce's
 // first chunk.
 //
+// Workers over MPI (communicators/mpi_communicator.hpp): agree before
+// their record goes out; reduce-scatter with an all-reduce's or a
+// reduce-scatter's MPI call posted (in flight); all-gather with an
+// all-gather's posted.
+//
 // With LOCKSTEP_FAULT_RANK=<r> and/or LOCKSTEP_FAULT_GENERATION=<g> as
 // well, only the worker of that rank and generation counts and acts (so a
 // launcher may pass one environment to every worker and every restart);
