@@ -146,21 +146,6 @@ private:
   int fd_;
 };
 
-/// The path of `name` on PATH, or nothing.
-std::optional<std::string> on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string folders = path != nullptr ? path : "";
-  std::size_t start = 0;
-  while (start <= folders.size()) {
-    const auto end = std::min(folders.find(':', start), folders.size());
-    const auto candidate = fs::path(folders.substr(start, end - start)) / name;
-    if (end > start && ::access(candidate.c_str(), X_OK) == 0)
-      return candidate.string();
-    start = end + 1;
-  }
-  return std::nullopt;
-}
-
 // -- Slurm ---------------------------------------------------------------
 
 /// What srun gives task `task` of a step of `tasks` tasks on this one node

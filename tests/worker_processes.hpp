@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -36,6 +37,21 @@ inline std::string test_program(const char* variable) {
   const char* path = std::getenv(variable);
   REQUIRE_MESSAGE(path != nullptr, variable << " is not set (run the test through meson)");
   return path;
+}
+
+/// The path of program `name` on PATH, or nothing.
+inline std::optional<std::string> on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string folders = path != nullptr ? path : "";
+  std::size_t start = 0;
+  while (start <= folders.size()) {
+    const auto end = std::min(folders.find(':', start), folders.size());
+    const auto candidate = std::filesystem::path(folders.substr(start, end - start)) / name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate.string();
+    start = end + 1;
+  }
+  return std::nullopt;
 }
 
 /// The first of `count` consecutive TCP ports that are free on every

@@ -49,6 +49,15 @@ struct multi_worker_options {
   /// or to test it). Unset: LOCKSTEP_TRANSPORT, else "auto". value_error
   /// for another value. When any worker asks for "tcp", all use the ring.
   std::optional<std::string> transport;
+  /// Whose collectives run between the workers: "lockstep" (its own:
+  /// shared memory or the TCP ring, as `transport` says) or "mpi" (MPI's,
+  /// for the fabrics MPI reaches; the workers must be one MPI job, as
+  /// mpirun starts them, and lockstep built with MPI: docs/multi_worker.md,
+  /// "Collectives over MPI"). The rendezvous, heartbeats, failure handling
+  /// and agreed settings stay lockstep's. Unset: LOCKSTEP_COMMUNICATOR,
+  /// else "lockstep". value_error for another value; every worker must
+  /// choose the same (an agreed setting).
+  std::optional<std::string> communicator;
 };
 
 /// Ends every join of a multi-worker strategy in progress, and every later

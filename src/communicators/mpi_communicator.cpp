@@ -1,4 +1,5 @@
 #include "communicators/mpi_communicator.hpp"
+#include "communicators/mpi_workers.hpp"
 
 #include "collectives/allreduce_slices.hpp"
 #include "collectives/tensor_bytes.hpp"
@@ -632,6 +633,28 @@ void mpi_communicator::broadcast(std::size_t rank, std::size_t root, std::span<t
     }
     wait(requests_, "MPI_Ibcast", f, options.timeout, deadline, {buffers.data(), buffers.size()});
   });
+}
+
+} // namespace lockstep::detail
+
+// -- the node's entry (mpi_workers.hpp) -------------------------------------------
+
+namespace lockstep::detail {
+
+mpi_workers join_mpi_workers(std::size_t rank, std::size_t world) {
+  auto mpi = std::make_shared<mpi_communicator>();
+  if (mpi->rank() != rank || mpi->size() != world)
+    throw value_error("LOCKSTEP_COMMUNICATOR=mpi: this process is MPI rank "
+                      + std::to_string(mpi->rank()) + " of " + std::to_string(mpi->size())
+                      + " but lockstep worker " + std::to_string(rank) + " of "
+                      + std::to_string(world) + ": the workers must be one MPI job in the "
+                      + "cluster's order (start them with mpirun, whose ranks lockstep takes)");
+  return {mpi, [mpi](const error_value& why) { mpi->break_group(why); },
+          [mpi] { return mpi->reached(); }};
+}
+
+bool built_with_mpi() noexcept {
+  return true;
 }
 
 } // namespace lockstep::detail

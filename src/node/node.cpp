@@ -157,9 +157,15 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
     std::clamp(settings.heartbeat_interval / 2, std::chrono::milliseconds{100},
                std::chrono::milliseconds{1000});
   const auto ask_wait = progress_wait + std::max(progress_wait, std::chrono::milliseconds{200});
-  // Workers that share a host's memory reduce through it, not the ring.
-  auto plan = join_host_group(*ring_, rank, spec.world_size, spec.job_id, settings.force_tcp,
-                              settings.join_timeout);
+  // MPI's collectives where asked for; else workers that share a host's
+  // memory reduce through it, not the ring.
+  if (settings.mpi) {
+    mpi_ = join_mpi_workers(rank, spec.world_size);
+    LOCKSTEP_LOG_INFO("MPI carries the collectives between the {} workers", spec.world_size);
+  }
+  auto plan = settings.mpi ? host_plan{}
+                           : join_host_group(*ring_, rank, spec.world_size, spec.job_id,
+                                             settings.force_tcp, settings.join_timeout);
   host_ = plan.shared;
   if (plan.local && plan.hosts.groups.size() > 1) {
     // Several hosts: the ring between their leaders, on new connections
@@ -204,15 +210,18 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
        if (const auto links = control.lock())
          links->post(peer, message);
      },
-     .reached = [ring = ring_, host = host_, hosts = hosts_, rank] {
-       return hosts ? hosts->reached(rank) : host ? host->reached() : ring->reached();
+     .reached = [ring = ring_, host = host_, hosts = hosts_, mpi = mpi_.reached, rank] {
+       return mpi ? mpi() : hosts ? hosts->reached(rank) : host ? host->reached() : ring->reached();
      },
-     .on_lost = [ring = ring_, host = host_, leaders = leaders_](const error_value& why) {
+     .on_lost = [ring = ring_, host = host_, leaders = leaders_,
+                 mpi = mpi_.break_group](const error_value& why) {
        ring->break_ring(why);
        if (leaders)
          leaders->break_ring(why);
        if (host)
          host->break_group(why);
+       if (mpi)
+         mpi(why);
      }});
   static_assert(collective_progress::no_answer == tcp_ring_communicator::no_answer);
   // Weak: the rings may outlive this node (the strategy's state holds them).
@@ -257,6 +266,8 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
 }
 
 std::shared_ptr<communicator> node::workers() const {
+  if (mpi_.collectives)
+    return mpi_.collectives;
   if (hosts_)
     return hosts_;
   if (host_)

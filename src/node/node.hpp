@@ -20,6 +20,7 @@
 #include "transport/tcp/handshake.hpp"
 #include "collectives/hierarchical_communicator.hpp"
 #include "communicators/host_shm_communicator.hpp"
+#include "communicators/mpi_workers.hpp"
 #include "communicators/tcp_ring_communicator.hpp"
 
 #include "node/wire_messages.hpp"
@@ -47,6 +48,9 @@ struct node_settings {
   /// Keep the collectives on the TCP ring even where the workers share
   /// memory (LOCKSTEP_TRANSPORT=tcp): to compare, or to test the ring.
   bool force_tcp = false;
+  /// MPI's collectives between the workers (LOCKSTEP_COMMUNICATOR=mpi:
+  /// communicators/mpi_workers.hpp) instead of lockstep's transports.
+  bool mpi = false;
 };
 
 class node {
@@ -64,8 +68,8 @@ public:
   /// The ring of TCP connections between the workers, one rank per process.
   const std::shared_ptr<tcp_ring_communicator>& ring() const noexcept { return ring_; }
   /// What carries the collectives between the workers, one rank per
-  /// process (rank = worker): the shared-memory group when all share this
-  /// host's memory; when they share it in several hosts, each host's group
+  /// process (rank = worker): MPI where the settings ask for it; the
+  /// shared-memory group when all share this host's memory; when they share it in several hosts, each host's group
   /// and a ring of one leader per host (a hierarchical_communicator); else
   /// the ring of all workers (node/host_group.hpp).
   std::shared_ptr<communicator> workers() const;
@@ -88,6 +92,7 @@ private:
   std::shared_ptr<host_shm_communicator> host_;      // this host's workers, if they share memory
   std::shared_ptr<tcp_ring_communicator> leaders_;   // the hosts' leaders, if this worker leads
   std::shared_ptr<hierarchical_communicator> hosts_; // several hosts: each one's group, leaders_
+  mpi_workers mpi_;                                   // MPI's collectives, where asked for
   std::shared_ptr<control_links> links_;
   std::shared_ptr<caf::actor_system> system_;
   /// The node actor (node_actor.hpp), which this node starts and stops.

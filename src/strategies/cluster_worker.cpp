@@ -75,14 +75,17 @@ private:
 /// What must agree between workers: lockstep's version, the replicas per
 /// worker, then the program's settings. (The wire protocol is checked
 /// before: a worker of another one cannot be read.)
-std::vector<agreed_setting> agreed_settings(std::size_t local_replicas,
+std::vector<agreed_setting> agreed_settings(std::size_t local_replicas, bool mpi,
                                             const multi_worker_options& options) {
   std::vector<agreed_setting> settings{{"lockstep version", std::string(version)},
-                                       {"replicas per worker", std::to_string(local_replicas)}};
+                                       {"replicas per worker", std::to_string(local_replicas)},
+                                       {"collectives between workers", mpi ? "mpi" : "lockstep"}};
+  const auto own = settings.size();
   for (const auto& [name, value] : options.agreed_settings) {
-    if (name == settings[0].name || name == settings[1].name)
-      throw value_error("multi_worker_options::agreed_settings: \"" + name
-                        + "\" is lockstep's own setting; give yours another name");
+    for (std::size_t i = 0; i < own; ++i)
+      if (name == settings[i].name)
+        throw value_error("multi_worker_options::agreed_settings: \"" + name
+                          + "\" is lockstep's own setting; give yours another name");
     settings.push_back({name, value});
   }
   check_agreed_settings(settings);
@@ -119,6 +122,23 @@ bool force_tcp(const multi_worker_options& options) {
   if (text == "tcp")
     return true;
   throw value_error(std::string(source) + " must be \"auto\" or \"tcp\", got '" + text + "'");
+}
+
+/// Whether MPI runs the collectives between the workers:
+/// options.communicator, else LOCKSTEP_COMMUNICATOR, "mpi" (else
+/// "lockstep"). value_error for another value.
+bool use_mpi(const multi_worker_options& options) {
+  const char* variable = std::getenv("LOCKSTEP_COMMUNICATOR");
+  const auto [text, source]
+    = options.communicator
+        ? std::pair{*options.communicator, "multi_worker_options::communicator"}
+        : std::pair{std::string(variable ? variable : ""), "LOCKSTEP_COMMUNICATOR"};
+  if (text.empty() || text == "lockstep")
+    return false;
+  if (text == "mpi")
+    return true;
+  throw value_error(std::string(source) + " must be \"lockstep\" or \"mpi\", got '" + text
+                    + "'");
 }
 
 /// TF's name of this worker's task: TF_CONFIG's task type and index (the
@@ -194,7 +214,8 @@ std::shared_ptr<strategy_state> start_worker(const cluster_spec& cluster,
     return state;
   }
   const bool tcp = force_tcp(options);
-  auto settings_to_agree = agreed_settings(devices.size(), options);
+  const bool mpi = use_mpi(options);
+  auto settings_to_agree = agreed_settings(devices.size(), mpi, options);
   const auto key = cluster_key(spec);
   set_fault_worker(spec.rank, spec.generation);
   node_settings settings{.local_replicas = static_cast<std::uint32_t>(devices.size()),
@@ -202,7 +223,8 @@ std::shared_ptr<strategy_state> start_worker(const cluster_spec& cluster,
                          .join_timeout = options.join_timeout,
                          .heartbeat_interval = options.heartbeat_interval,
                          .peer_timeout = options.peer_timeout,
-                         .force_tcp = tcp};
+                         .force_tcp = tcp,
+                         .mpi = mpi};
   auto node = std::make_shared<detail::node>(spec, key, settings);
   const auto worker = spec.rank;
   auto ops = std::make_shared<cluster_all_reduce>(node->workers(), worker, timeout,

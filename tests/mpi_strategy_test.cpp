@@ -1,0 +1,215 @@
+// multi_worker_mirrored_strategy with MPI's collectives between the
+// workers (LOCKSTEP_COMMUNICATOR=mpi) under Open MPI's real mpirun: the
+// strategy's collectives scenario (every op, dtype and size against closed
+// forms) on 2 and 3 ranks; the mismatch scenario; the main job's metrics
+// over MPI and over lockstep's own transport, the same; a rank killed
+// mid-collective ends the job with an error and no process of it left;
+// and the refusals: workers that are not one MPI job, another value.
+// Exits 77 (skipped) without mpirun. MULTI_WORKER_PROGRAM and
+// TRAIN_FASHION_MNIST (set by meson) name the programs.
+
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "fashion_mnist_files.hpp"
+#include "worker_processes.hpp"
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::string token = "LOCKSTEP_CLUSTER_TOKEN=mpi-strategy-test-token-0123456789ab";
+
+/// `argv` under `mpirun -n ranks`, with `exported` (NAME=VALUE) passed to
+/// every rank; its output (every rank's) in `folder`/`name`.
+process start_mpirun(const temp_folder& folder, int ranks, const std::vector<std::string>& argv,
+                     const std::vector<std::string>& exported, const std::string& name) {
+  std::vector<std::string> command{*on_path("mpirun")};
+  if (::geteuid() == 0)
+    command.push_back("--allow-run-as-root");
+  command.insert(command.end(), {"--oversubscribe", "-n", std::to_string(ranks)});
+  for (const auto& variable : exported)
+    command.insert(command.end(), {"-x", variable});
+  command.insert(command.end(), argv.begin(), argv.end());
+  return spawn(command, environment_with({}), folder.path() / name);
+}
+
+/// The variables every rank gets: the coordinator, the token, and MPI's
+/// collectives (or lockstep's own: `communicator`).
+std::vector<std::string> job_variables(const std::string& communicator,
+                                       std::vector<std::string> extra = {}) {
+  extra.insert(extra.end(), {"LOCKSTEP_COORDINATOR=127.0.0.1:" + std::to_string(free_ports(1)),
+                             token, "LOCKSTEP_COMMUNICATOR=" + communicator, "LOCKSTEP_LOG=info",
+                             "CUDA_VISIBLE_DEVICES="});
+  return extra;
+}
+
+std::string contents(const fs::path& file) {
+  std::ifstream in(file);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+/// How often `text` holds `part`.
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
+    ++n;
+  return n;
+}
+
+/// The pids of the processes whose environment holds `variable` (NAME=VALUE).
+std::vector<pid_t> processes_with(const std::string& variable) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream in(entry.path() / "environ");
+    for (std::string item; std::getline(in, item, '\0');)
+      if (item == variable)
+        pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+} // namespace
+
+TEST_CASE("the strategy's collectives over MPI: every op, dtype and size on 2 and 3 ranks") {
+  for (const int ranks : {2, 3}) {
+    CAPTURE(ranks);
+    temp_folder folder;
+    std::vector<process> job{start_mpirun(folder, ranks,
+                                          {test_program("MULTI_WORKER_PROGRAM"), "collectives"},
+                                          job_variables("mpi", {"LOCKSTEP_REPLICAS_PER_WORKER=2"}),
+                                          "collectives.txt")};
+    wait_all(job, 180s);
+    const auto text = job[0].text();
+    INFO(text);
+    CHECK(job[0].exited_ok());
+    const auto ok = "ok collectives: " + std::to_string(ranks) + " workers x 2 replicas";
+    CHECK(count_of(text, ok) == static_cast<std::size_t>(ranks));
+    CHECK(count_of(text, "MPI carries the collectives between the " + std::to_string(ranks)
+                           + " workers")
+          == static_cast<std::size_t>(ranks));
+  }
+}
+
+TEST_CASE("over MPI, different collectives give every worker the ring's error, and the job goes "
+          "on") {
+  temp_folder folder;
+  std::vector<process> job{start_mpirun(folder, 2,
+                                        {test_program("MULTI_WORKER_PROGRAM"), "mismatch"},
+                                        job_variables("mpi", {"LOCKSTEP_REPLICAS_PER_WORKER=2"}),
+                                        "mismatch.txt")};
+  wait_all(job, 120s);
+  const auto text = job[0].text();
+  INFO(text);
+  CHECK(job[0].exited_ok());
+  CHECK(count_of(text, "ok mismatch") == 2);
+}
+
+TEST_CASE("the main job over MPI gives the metrics it gives over lockstep's own transport") {
+  temp_folder folder;
+  const auto data = folder.path() / "data";
+  write_data(data, 128, 32);
+  const auto train = [&](const std::string& communicator) {
+    const auto dir = folder.path() / communicator;
+    fs::create_directories(dir);
+    std::vector<process> job{start_mpirun(
+      folder, 2,
+      {test_program("TRAIN_FASHION_MNIST"), "--data-dir", data.string(), "--metrics",
+       (dir / "metrics.csv").string(), "--checkpoint-dir", (dir / "ckpt").string(), "--replicas",
+       "1", "--global-batch", "32", "--epochs", "2", "--seed", "3"},
+      job_variables(communicator), communicator + ".txt")};
+    wait_all(job, 180s);
+    INFO(job[0].text());
+    REQUIRE(job[0].exited_ok());
+    return contents(dir / "metrics.csv");
+  };
+  const auto over_mpi = train("mpi");
+  const auto own = train("lockstep");
+  // Two workers: one combining step, which MPI and lockstep round alike;
+  // the time columns differ.
+  const auto figures = [](const std::string& csv) {
+    std::string out;
+    std::istringstream in(csv);
+    for (std::string line; std::getline(in, line);) {
+      std::size_t at = 0;
+      for (int field = 0; field < 4 && at != std::string::npos; ++field)
+        at = line.find(',', at + 1);
+      out += line.substr(0, at) + "\n";
+    }
+    return out;
+  };
+  CHECK(count_of(over_mpi, "\n") == 3); // the header and 2 epochs
+  CHECK(figures(over_mpi) == figures(own));
+}
+
+TEST_CASE("a rank killed mid-collective ends the MPI job with an error, and no process of it is "
+          "left") {
+  temp_folder folder;
+  const auto tag = "LOCKSTEP_MPI_TEST_JOB=" + std::to_string(::getpid());
+  // tests/multi_worker_worker's `lost kill`: the last worker kills itself
+  // in the second all-reduce. Open MPI's mpirun then ends the job.
+  std::vector<process> job{start_mpirun(folder, 3,
+                                        {test_program("MULTI_WORKER_PROGRAM"), "lost", "kill"},
+                                        job_variables("mpi", {tag}), "lost.txt")};
+  wait_all(job, 120s);
+  INFO(job[0].text());
+  CHECK(!job[0].exited_ok());
+  CHECK(processes_with(tag).empty());
+}
+
+TEST_CASE("workers that are not one MPI job are refused, naming the ranks; another value is "
+          "refused") {
+  temp_folder folder;
+  const auto base = free_ports(2);
+  const auto start = [&](const std::string& communicator) {
+    std::vector<process> workers;
+    for (std::size_t i = 0; i < 2; ++i)
+      workers.push_back(spawn({test_program("MULTI_WORKER_PROGRAM"), "collectives"},
+                              environment_with({tf_config(base, 2, i), token,
+                                                "LOCKSTEP_COMMUNICATOR=" + communicator,
+                                                "CUDA_VISIBLE_DEVICES="}),
+                              folder.path() / (communicator + std::to_string(i) + ".txt")));
+    wait_all(workers, 120s);
+    return workers;
+  };
+  // Started without mpirun, each is an MPI job of its own (a singleton).
+  auto workers = start("mpi");
+  CHECK(!workers[1].exited_ok());
+  CHECK_MESSAGE(workers[1].text().find("this process is MPI rank 0 of 1 but lockstep worker 1 of "
+                                       "2: the workers must be one MPI job")
+                  != std::string::npos,
+                workers[1].text());
+  workers = start("nccl");
+  for (const auto& w : workers) {
+    CHECK(!w.exited_ok());
+    CHECK_MESSAGE(w.text().find("LOCKSTEP_COMMUNICATOR must be \"lockstep\" or \"mpi\", got "
+                                "'nccl'")
+                    != std::string::npos,
+                  w.text());
+  }
+}
+
+int main(int argc, char** argv) {
+  if (!on_path("mpirun")) {
+    std::printf("skipped: mpirun is not installed (Debian: openmpi-bin; tools/install-deps.sh)\n");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
