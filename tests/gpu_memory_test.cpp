@@ -3,8 +3,9 @@
 // every dtype and size (past two 4 MiB staging chunks), copies between
 // logical GPUs, zeros/filled/from on a GPU, the caching allocator seen
 // through memory_stats, and the errors: out of memory, a GPU that does
-// not exist; DLPack's kDLCUDA in and out without a copy. Physical GPU 0 serves two logical GPUs here (/gpu:0, /gpu:1),
-// so copies between logical GPUs run on any machine with a GPU.
+// not exist; DLPack's kDLCUDA in and out without a copy. Physical GPU 0
+// serves two logical GPUs here (/gpu:0, /gpu:1), so copies between logical
+// GPUs run on any machine with a GPU.
 
 #include "lockstep/error.hpp"
 #include "lockstep/gpu.hpp"

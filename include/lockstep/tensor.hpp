@@ -35,8 +35,8 @@ std::string shape_to_string(const shape_t& shape);
 /// kind (host memory, 64-byte aligned, for CPU devices; CUDA memory for GPU
 /// devices where lockstep has the CUDA backend and a device, else host
 /// memory too: docs/gpu.md). A tensor from `from_dlpack` wraps another
-/// library's buffer instead, aligned to its element size (docs/interop.md). Element access from the host
-/// (`data()`, `raw_data()`, `at()`, `as_double()`, `to_string()`, `==`)
+/// library's buffer, aligned to its element size (docs/interop.md). Host
+/// element access (`data()`, `raw_data()`, `at()`, `as_double()`, `to_string()`, `==`)
 /// throws device_error for a buffer the host cannot read; `to(device)`
 /// copies it to a host device first.
 /// Copying a tensor copies the handle: both copies share one buffer, and a

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -101,8 +102,18 @@ std::string dl_dtype_name(DLDataType type) {
 
 // -- devices --------------------------------------------------------------------
 
+/// The device type as the integer the producer stored. A C producer may
+/// store a value that is none of DLDeviceType's enumerators (a newer
+/// DLPack's device, or garbage), which is no valid value of the C++ enum:
+/// it is read as the bytes of the enum's underlying type.
+int device_type_of(const DLDevice& device) {
+  std::underlying_type_t<DLDeviceType> value;
+  std::memcpy(&value, &device.device_type, sizeof value);
+  return static_cast<int>(value);
+}
+
 /// "kDLCPU", "kDLOpenCL", ..., "device type 42".
-std::string dl_device_type_name(DLDeviceType type) {
+std::string dl_device_type_name(int type) {
   switch (type) {
     case kDLCPU:
       return "kDLCPU";
@@ -127,12 +138,13 @@ std::string dl_device_type_name(DLDeviceType type) {
     case kDLCUDAManaged:
       return "kDLCUDAManaged";
   }
-  return "device type " + std::to_string(static_cast<int>(type));
+  return "device type " + std::to_string(type);
 }
 
 /// "kDLCUDA device 1".
 std::string dl_device_name(DLDevice device) {
-  return dl_device_type_name(device.device_type) + " device " + std::to_string(device.device_id);
+  return dl_device_type_name(device_type_of(device)) + " device "
+         + std::to_string(device.device_id);
 }
 
 /// Where the memory of a managed tensor goes in lockstep.
@@ -200,7 +212,7 @@ placement cuda_placement(DLDevice from, const device_spec* requested) {
 }
 
 placement placement_of(DLDevice from, const device_spec* requested) {
-  switch (from.device_type) {
+  switch (device_type_of(from)) {
     case kDLCPU:
     case kDLCUDAHost: // pinned host memory: the host reads it as any other
       return host_placement(from, requested);
@@ -397,13 +409,13 @@ tensor tensor::from_dlpack_on(DLManagedTensor* managed, const device_spec* devic
   const auto where = placement_of(dl.device, device);
 
   // The shape is checked (shape_error) before any buffer is made.
-  std::optional<tensor> checked;
-  try {
-    checked.emplace(tensor(*type, std::move(shape), where.device, device_buffer{}));
-  } catch (const shape_error& e) {
-    throw shape_error("from_dlpack: " + std::string(e.what()));
-  }
-  tensor result = std::move(*checked);
+  tensor result = [&] {
+    try {
+      return tensor(*type, std::move(shape), where.device, device_buffer{});
+    } catch (const shape_error& e) {
+      throw shape_error("from_dlpack: " + std::string(e.what()));
+    }
+  }();
   const auto bytes = result.byte_size();
   if (bytes != 0 && dl.data == nullptr)
     throw value_error("from_dlpack: the data pointer is null for " + std::to_string(bytes)
