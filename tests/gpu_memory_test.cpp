@@ -3,8 +3,9 @@
 // every dtype and size (past two 4 MiB staging chunks), copies between
 // logical GPUs, zeros/filled/from on a GPU, the caching allocator seen
 // through memory_stats, and the errors: out of memory, a GPU that does
-// not exist. Physical GPU 0 serves two logical GPUs here (/gpu:0, /gpu:1),
-// so copies between logical GPUs run on any machine with a GPU.
+// not exist; DLPack's kDLCUDA in and out without a copy. Physical GPU 0
+// serves two logical GPUs here (/gpu:0, /gpu:1), so copies between logical
+// GPUs run on any machine with a GPU.
 
 #include "lockstep/error.hpp"
 #include "lockstep/gpu.hpp"
@@ -17,6 +18,9 @@
 #include "test_support.hpp"
 
 #include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+#include <dlpack/dlpack.h>
 
 #include <cstdint>
 #include <cstring>
@@ -316,4 +320,113 @@ TEST_CASE("threads copying to and from both logical GPUs at once") {
     w.join();
   for (int t = 0; t < threads; ++t)
     CHECK(wrong[static_cast<std::size_t>(t)] == 0);
+}
+
+// -- DLPack (tests/dlpack_test.cpp covers the host side) -------------------------
+
+namespace {
+
+/// A producer's CUDA tensor of float32 over cudaMalloc'd memory; its
+/// deleter frees it and counts its calls.
+struct cuda_produced {
+  DLManagedTensor managed{};
+  std::int64_t shape[1] = {0};
+  void* memory = nullptr;
+  int* deleted = nullptr;
+};
+
+void delete_cuda_produced(DLManagedTensor* self) {
+  auto* owner = static_cast<cuda_produced*>(self->manager_ctx);
+  LOCKSTEP_CUDA_CHECK(cudaFree(owner->memory));
+  ++*owner->deleted;
+  delete owner;
+}
+
+/// `values` in CUDA memory of physical GPU 0, `data_offset` bytes in.
+DLManagedTensor* produce_on_gpu(const std::vector<float>& values, std::size_t data_offset,
+                                int* deleted) {
+  auto* owner = new cuda_produced;
+  owner->deleted = deleted;
+  owner->shape[0] = static_cast<std::int64_t>(values.size());
+  LOCKSTEP_CUDA_CHECK(cudaSetDevice(0));
+  LOCKSTEP_CUDA_CHECK(cudaMalloc(&owner->memory, data_offset + values.size() * sizeof(float)));
+  auto* data = static_cast<std::byte*>(owner->memory) + data_offset;
+  LOCKSTEP_CUDA_CHECK(
+    cudaMemcpy(data, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
+  auto& dl = owner->managed.dl_tensor;
+  dl.data = data;
+  dl.device = {kDLCUDA, 0};
+  dl.ndim = 1;
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.shape = owner->shape;
+  owner->managed.manager_ctx = owner;
+  owner->managed.deleter = delete_cuda_produced;
+  return &owner->managed;
+}
+
+} // namespace
+
+TEST_CASE("DLPack: a GPU tensor goes out as kDLCUDA and comes back without a copy") {
+  logical();
+  const auto original = tensor::from<float>({1.5f, -2.0f, 3.25f}, {3}, host);
+  auto t = original.to("/gpu:1");
+  auto* out = t.to_dlpack();
+  CHECK(out->dl_tensor.device.device_type == kDLCUDA);
+  CHECK(out->dl_tensor.device.device_id == 0); // the physical GPU of /gpu:1
+  CHECK(out->dl_tensor.data == t.buffer().data());
+  CHECK(t.buffer_use_count() == 2);
+  {
+    auto back = tensor::from_dlpack(out); // the first logical GPU of physical GPU 0
+    CHECK(back.device() == gpu(0));
+    CHECK(back.buffer().data() == t.buffer().data());
+    CHECK(back.buffer().kind() == t.buffer().kind());
+    CHECK(back.to(host) == original);
+  }
+  CHECK(t.buffer_use_count() == 1);
+
+  auto on_second = tensor::from_dlpack(t.to_dlpack(), gpu(1));
+  CHECK(on_second.device() == gpu(1));
+  CHECK(on_second.buffer().data() == t.buffer().data());
+
+  auto* wrong = t.to_dlpack();
+  CHECK(has(error_of<device_error>([&] { (void) tensor::from_dlpack(wrong, host); }),
+            "is not a logical GPU of CUDA device 0"));
+  auto* strided = t.to_dlpack();
+  std::int64_t every_other[] = {2};
+  strided->dl_tensor.strides = every_other;
+  CHECK(has(error_of<value_error>([&] { (void) tensor::from_dlpack(strided); }),
+            "is not compact (row-major); lockstep copies strided memory only on the host"));
+  CHECK(t.buffer_use_count() == 2); // t and on_second: the failed calls released theirs
+
+  auto* copy = t.to_dlpack_copy();
+  CHECK(copy->dl_tensor.device.device_type == kDLCUDA);
+  CHECK(copy->dl_tensor.data != t.buffer().data());
+  copy->deleter(copy);
+}
+
+TEST_CASE("DLPack: a producer's CUDA memory is released once, after lockstep's last handle") {
+  logical();
+  int deleted = 0;
+  auto* managed = produce_on_gpu({1.0f, 2.0f, 3.0f, 4.0f}, 0, &deleted);
+  const auto* data = managed->dl_tensor.data;
+  {
+    auto t = tensor::from_dlpack(managed);
+    CHECK(t.device() == gpu(0));
+    CHECK(t.buffer().data() == data);
+    auto view = t.reshaped({2, 2});
+    t = tensor();
+    // Work on lockstep's stream over the producer's memory, then the release.
+    add_into(view, tensor::filled(dtype::f32, {2, 2}, 10.0, gpu(0)));
+    CHECK(view.to(host) == tensor::from<float>({11.0f, 12.0f, 13.0f, 14.0f}, {2, 2}, host));
+    CHECK(deleted == 0);
+  }
+  CHECK(deleted == 1);
+
+  // Not aligned to its elements: copied on the device, released at once.
+  managed = produce_on_gpu({5.0f, -6.0f}, 2, &deleted);
+  data = managed->dl_tensor.data;
+  auto u = tensor::from_dlpack(managed);
+  CHECK(deleted == 2);
+  CHECK(u.buffer().data() != data);
+  CHECK(u.to(host) == tensor::from<float>({5.0f, -6.0f}, {2}, host));
 }

@@ -19,6 +19,7 @@ packages=(
   libeigen3-dev
   zlib1g-dev            # gzip: checkpoints, IDX datasets
   libssl-dev            # OpenSSL libcrypto: the cluster handshake's HMAC-SHA256
+  libdlpack-dev         # DLPack 0.6 header: tensors to and from other libraries (docs/interop.md)
   dataset-fashion-mnist # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist): examples, tests/idx_test
   gnuplot-nox           # plots of benchmark tables
   openmpi-bin           # mpirun: tests/launchers_test and the 'mpi' suite run real Open MPI jobs

@@ -14,6 +14,14 @@
 #include "lockstep/device_spec.hpp"
 #include "lockstep/dtype.hpp"
 
+// DLPack's managed tensor (dlpack/dlpack.h, Debian's libdlpack-dev), only
+// declared: tensor::from_dlpack and to_dlpack take and give pointers to it,
+// so a program that does not exchange tensors with another library needs
+// no DLPack header, and one that does includes <dlpack/dlpack.h> itself.
+// Kept in tensor.hpp rather than a header of its own because the functions
+// are members of tensor (from_dlpack builds one around a foreign buffer).
+struct DLManagedTensor;
+
 namespace lockstep {
 
 /// Dimensions of a tensor, outermost first; {} is a scalar.
@@ -26,8 +34,9 @@ std::string shape_to_string(const shape_t& shape);
 /// belongs to the canonical device it lives on: memory of that device's
 /// kind (host memory, 64-byte aligned, for CPU devices; CUDA memory for GPU
 /// devices where lockstep has the CUDA backend and a device, else host
-/// memory too: docs/gpu.md). Element access from the host
-/// (`data()`, `raw_data()`, `at()`, `as_double()`, `to_string()`, `==`)
+/// memory too: docs/gpu.md). A tensor from `from_dlpack` wraps another
+/// library's buffer, aligned to its element size (docs/interop.md). Host
+/// element access (`data()`, `raw_data()`, `at()`, `as_double()`, `to_string()`, `==`)
 /// throws device_error for a buffer the host cannot read; `to(device)`
 /// copies it to a host device first.
 /// Copying a tensor copies the handle: both copies share one buffer, and a
@@ -81,6 +90,51 @@ public:
   static tensor scalar(T value, const device_spec& device = current_device()) {
     return from_elements(dtype_of_v<T>, &value, 1, {}, device);
   }
+
+  // -- DLPack (docs/interop.md) -----------------------------------------------
+
+  /// A tensor over the memory of `managed` (DLPack 0.6), without a copy,
+  /// which it owns from then on: the producer's deleter runs exactly once,
+  /// when the last handle to the buffer goes (copies and `reshaped` views
+  /// share it), on whichever thread drops it. Host memory (kDLCPU,
+  /// kDLCUDAHost) is placed on `current_device()` when that is host
+  /// memory, else on cpu_device(0); kDLCUDA memory (with the CUDA backend
+  /// and a device) on `current_device()` when that is a GPU on the same
+  /// physical device, else on that device's first logical GPU. CUDA memory
+  /// must be ready (the producer's work on it finished) when it is passed.
+  /// Strided, non-compact host memory, and memory not aligned to its
+  /// element size, are copied into a new tensor, after which the deleter
+  /// runs at once; non-compact CUDA memory is refused. Errors (after which
+  /// the deleter has also run, so a call never leaks): value_error for a
+  /// null `managed`, a null `shape` or `data` where elements are needed,
+  /// a negative `ndim`, or non-compact CUDA memory; shape_error for a
+  /// negative dimension; dtype_error naming a DLPack dtype lockstep lacks
+  /// (lanes other than 1, unsigned, complex, other widths); device_error
+  /// naming a device type it cannot read, or kDLCUDA without the backend,
+  /// without a device, or with a device that does not exist.
+  static tensor from_dlpack(DLManagedTensor* managed);
+
+  /// As `from_dlpack(managed)`, on `device`, which must be of the memory's
+  /// kind: a host-memory device for kDLCPU and kDLCUDAHost, a logical GPU
+  /// of the physical device `managed` names for kDLCUDA (device_error
+  /// otherwise, naming both).
+  static tensor from_dlpack(DLManagedTensor* managed, const device_spec& device);
+
+  /// This tensor as a DLPack 0.6 managed tensor, without a copy: compact
+  /// (strides null), byte_offset 0, kDLCPU for host memory or kDLCUDA (the
+  /// physical device) for CUDA memory, whose work so far has finished when
+  /// this returns. The consumer must call its deleter exactly once; until
+  /// then it holds a handle to the buffer, which keeps it alive. It is a
+  /// read-only view (DLPack 0.6 cannot say so): the consumer must not write
+  /// it, since every other handle shares the buffer; it sees writes made
+  /// through lockstep handles to the same buffer (a variable gives a write
+  /// a new buffer while a handle is out). Throws device_error for memory
+  /// of another kind.
+  DLManagedTensor* to_dlpack() const;
+
+  /// As `to_dlpack()` over a new copy of the data (`copy()`), which no
+  /// lockstep handle shares: the consumer may write it.
+  DLManagedTensor* to_dlpack_copy() const;
 
   // -- properties -------------------------------------------------------------
 
@@ -175,6 +229,12 @@ public:
 
 private:
   tensor(lockstep::dtype type, shape_t shape, const device_spec& device);
+
+  /// A tensor over `buffer`, which holds at least `byte_size()` bytes.
+  tensor(lockstep::dtype type, shape_t shape, const device_spec& device, device_buffer buffer);
+
+  /// from_dlpack on `device`, or on its default device when null.
+  static tensor from_dlpack_on(DLManagedTensor* managed, const device_spec* device);
 
   static tensor from_elements(lockstep::dtype type, const void* elements, std::size_t count,
                               shape_t shape, const device_spec& device);

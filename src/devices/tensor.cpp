@@ -68,6 +68,15 @@ tensor::tensor(lockstep::dtype type, shape_t shape, const device_spec& device)
     buffer_(detail::allocate_buffer(detail::kind_of(device_), device_, byte_size())) {
 }
 
+tensor::tensor(lockstep::dtype type, shape_t shape, const device_spec& device,
+               device_buffer buffer)
+  : dtype_(type),
+    shape_(std::move(shape)),
+    num_elements_(checked_num_elements(shape_)),
+    device_(device.canonical()),
+    buffer_(std::move(buffer)) {
+}
+
 tensor::tensor() : tensor(lockstep::dtype::f32, {0}, current_device()) {
 }
 
