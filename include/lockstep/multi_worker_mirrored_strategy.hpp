@@ -38,8 +38,9 @@ struct multi_worker_options {
   /// every worker has joined, the coordinator compares them; when any
   /// differs, the constructor throws value_error on every worker, naming
   /// each setting that differs and which workers hold which value. lockstep
-  /// adds its own version and the replicas per worker ("lockstep version",
-  /// "replicas per worker", names a program may not use). At most 64
+  /// adds its own version, the replicas per worker and whose collectives
+  /// run between the workers ("lockstep version", "replicas per worker",
+  /// "collectives between workers", names a program may not use). At most 64
   /// settings, names of 1 to 128 bytes, each once, values of at most 1024
   /// bytes.
   std::vector<agreed_setting> agreed_settings;
