@@ -215,7 +215,8 @@ constexpr std::string_view usage = R"(usage: allreduce [options]
                              allreduce --workers launcher
                          (the cluster from the environment, as any lockstep
                          program reads it; LOCKSTEP_COMMUNICATOR=mpi for MPI's
-                         collectives); worker 0 prints the table, no bound
+                         collectives; at least 2 workers); worker 0 prints
+                         the table, no bound
   --replicas-per-worker K
                          with --workers: CPU replicas in each worker (default 1)
   --json FILE            also write {"copy_gbs": ..., "rows": [...]} to FILE

@@ -201,6 +201,12 @@ int run_as_launched_worker(const worker_table_options& options) {
     const cluster_resolver resolver;
     rank = resolver.spec().rank;
     const auto world = resolver.spec().world_size;
+    if (world < 2)
+      throw std::invalid_argument("the cluster (from " + resolver.spec().source + ") has "
+                                  + std::to_string(world) + " worker; start every worker "
+                                  "under a launcher, e.g. mpirun -np 2 -x "
+                                  "LOCKSTEP_COORDINATOR=127.0.0.1:PORT allreduce --workers "
+                                  "launcher");
     const char* communicator = std::getenv("LOCKSTEP_COMMUNICATOR");
     if (rank == 0) {
       std::printf("allreduce --workers launcher: SUM of float32 between the %zu workers of a "

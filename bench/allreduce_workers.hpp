@@ -26,7 +26,8 @@ int run_between_workers(const worker_table_options& options);
 
 /// `--workers launcher`: this process is one worker of a job that a
 /// launcher started (mpirun, srun, lockstep-run; the cluster as
-/// cluster_resolver reads it from the environment). Every worker times the
+/// cluster_resolver reads it from the environment; at least 2 workers, else
+/// an error naming the cluster's source). Every worker times the
 /// same all-reduces; worker 0 prints the table (and writes --json), without
 /// the loopback bound. The process exit status.
 int run_as_launched_worker(const worker_table_options& options);
