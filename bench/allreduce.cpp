@@ -178,6 +178,7 @@ struct options {
   std::size_t max_tensors = std::size_t{1} << 18;
   std::vector<std::size_t> cpus;
   std::vector<std::size_t> workers; // --workers: the table between processes instead
+  bool launched_worker = false;      // --workers launcher: one worker of a launched job
   std::size_t replicas_per_worker = 1;
   std::string json;
 
@@ -208,6 +209,14 @@ constexpr std::string_view usage = R"(usage: allreduce [options]
   --workers LIST         instead of the tables: the all-reduce between this many
                          worker processes (at least 2, e.g. 2,4), over --sizes,
                          against the loopback TCP bound
+  --workers launcher     instead of the tables: this process is one worker of a
+                         job a launcher started, e.g. each rank of
+                           mpirun -np 2 -x LOCKSTEP_COORDINATOR=127.0.0.1:PORT \
+                             allreduce --workers launcher
+                         (the cluster from the environment, as any lockstep
+                         program reads it; LOCKSTEP_COMMUNICATOR=mpi for MPI's
+                         collectives; at least 2 workers); worker 0 prints
+                         the table, no bound
   --replicas-per-worker K
                          with --workers: CPU replicas in each worker (default 1)
   --json FILE            also write {"copy_gbs": ..., "rows": [...]} to FILE
@@ -254,8 +263,11 @@ options parse_options(int argc, char** argv) {
       opts.max_tensors = parse_count(flag, value);
     else if (flag == "--cpus")
       opts.cpus = parse_list(flag, value, 0);
-    else if (flag == "--workers")
-      opts.workers = parse_list(flag, value, 2);
+    else if (flag == "--workers") {
+      opts.launched_worker = value == "launcher";
+      opts.workers = opts.launched_worker ? std::vector<std::size_t>{}
+                                          : parse_list(flag, value, 2);
+    }
     else if (flag == "--replicas-per-worker")
       opts.replicas_per_worker = parse_count(flag, value);
     else if (flag == "--json")
@@ -1048,10 +1060,13 @@ int main(int argc, char** argv) {
     const auto opts = parse_options(argc, argv);
     if (!opts.cpus.empty())
       pin_to(opts.cpus); // before any thread exists
-    if (!opts.workers.empty()) // forks: before any thread exists too
-      return lockstep::bench::run_between_workers(
-        {opts.workers, opts.sizes, opts.replicas_per_worker, opts.reps, opts.budget_ms,
-         opts.json});
+    if (!opts.workers.empty() || opts.launched_worker) { // forks: before any thread exists too
+      const lockstep::bench::worker_table_options table{
+        opts.workers, opts.launched_worker, opts.sizes, opts.replicas_per_worker,
+        opts.reps,    opts.budget_ms,       opts.json};
+      return opts.launched_worker ? lockstep::bench::run_as_launched_worker(table)
+                                  : lockstep::bench::run_between_workers(table);
+    }
     const auto run_start = clock_type::now();
     const load_meter run_load;
     const auto& rt = lockstep::get_runtime_options();

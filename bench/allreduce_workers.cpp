@@ -23,6 +23,14 @@
 // messages; a ring all-reduce moves 2(W-1)·S bytes through loopback, so
 // algbw <= P / 2(W-1). `bench/tcp_ring` times the ring alone, without the
 // strategy.
+//
+// --workers launcher: the same figures from the ranks of a job that a
+// launcher started, each process one worker, the cluster from the
+// environment as any lockstep program reads it. This is how the strategy
+// runs over MPI's collectives (LOCKSTEP_COMMUNICATOR=mpi, which needs the
+// workers to be one mpirun job): tools/compare_tcp.sh runs it under the
+// same mpirun settings as its raw MPI_Allreduce. No bound there: the
+// workers may sit on several hosts.
 
 #include "allreduce_workers.hpp"
 
@@ -38,6 +46,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -56,18 +66,11 @@ std::uint16_t free_port() {
   return port;
 }
 
-/// Seconds per all-reduce of each size: one worker's figures.
-std::vector<double> worker_times(std::size_t rank, std::size_t world, std::uint16_t port,
+/// Seconds per all-reduce of each size: one worker's figures, the worker
+/// of `resolver`'s cluster of `world` workers.
+std::vector<double> worker_times(const cluster_resolver& resolver, std::size_t world,
                                  const worker_table_options& options) {
-  cluster_options cluster;
-  cluster.world_size = world;
-  cluster.rank = rank;
-  cluster.local_world_size = world; // all on this host
-  cluster.local_rank = rank;
-  cluster.coordinator = "127.0.0.1:" + std::to_string(port);
-  cluster.listen = "127.0.0.1:0";
-  cluster.job_id = "bench-allreduce-" + std::to_string(port);
-  multi_worker_mirrored_strategy strategy{cluster_resolver{cluster, {}},
+  multi_worker_mirrored_strategy strategy{resolver,
                                           {.local_devices = cpu_devices(
                                             static_cast<int>(options.replicas_per_worker))}};
   std::vector<double> results;
@@ -111,9 +114,41 @@ std::vector<double> worker_times(std::size_t rank, std::size_t world, std::uint1
   return results;
 }
 
+/// Worker `rank` of `world` forked on this host, meeting at `port`.
+std::vector<double> forked_worker_times(std::size_t rank, std::size_t world, std::uint16_t port,
+                                        const worker_table_options& options) {
+  cluster_options cluster;
+  cluster.world_size = world;
+  cluster.rank = rank;
+  cluster.local_world_size = world; // all on this host
+  cluster.local_rank = rank;
+  cluster.coordinator = "127.0.0.1:" + std::to_string(port);
+  cluster.listen = "127.0.0.1:0";
+  cluster.job_id = "bench-allreduce-" + std::to_string(port);
+  return worker_times(cluster_resolver{cluster, {}}, world, options);
+}
+
+/// The JSON row of `seconds` per all-reduce of `bytes` among `world` workers.
+nlohmann::json row_of(std::size_t world, std::size_t bytes, double seconds,
+                      const worker_table_options& options, const worker_figures& f) {
+  nlohmann::json row{{"workers", world},
+                     {"replicas_per_worker", options.replicas_per_worker},
+                     {"bytes", bytes},
+                     {"seconds", seconds},
+                     {"algbw_gbs", f.algbw / 1e9},
+                     {"busbw_gbs", f.busbw / 1e9},
+                     {"bound_gbs", nullptr}};
+  if (f.bound > 0)
+    row["bound_gbs"] = f.bound / 1e9;
+  return row;
+}
+
+/// Writes the rows; `bound_rate` 0: no bound measured (null).
 void write_rows(const std::string& path, double bound_rate, const nlohmann::json& rows) {
   nlohmann::json out;
-  out["bound_gbs_total"] = bound_rate / 1e9;
+  out["bound_gbs_total"] = nullptr;
+  if (bound_rate > 0)
+    out["bound_gbs_total"] = bound_rate / 1e9;
   out["rows"] = rows;
   out["targets"] = nlohmann::json::array(); // the comparison with peers adds them
   write_json_file(path, out.dump(2));
@@ -141,7 +176,7 @@ int run_between_workers(const worker_table_options& options) {
   for (const auto world : options.workers) {
     const auto port = free_port();
     const auto seconds = run_processes(world, options.sizes.size(), [&](std::size_t rank) {
-      return worker_times(rank, world, port, options);
+      return forked_worker_times(rank, world, port, options);
     });
     if (seconds.empty()) {
       std::fprintf(stderr, "allreduce: a worker of %zu failed\n", world);
@@ -149,13 +184,7 @@ int run_between_workers(const worker_table_options& options) {
     }
     for (std::size_t i = 0; i < options.sizes.size(); ++i) {
       const auto f = print_worker_row(world, options.sizes[i], seconds[i], rate);
-      rows.push_back({{"workers", world},
-                      {"replicas_per_worker", options.replicas_per_worker},
-                      {"bytes", options.sizes[i]},
-                      {"seconds", seconds[i]},
-                      {"algbw_gbs", f.algbw / 1e9},
-                      {"busbw_gbs", f.busbw / 1e9},
-                      {"bound_gbs", f.bound / 1e9}});
+      rows.push_back(row_of(world, options.sizes[i], seconds[i], options, f));
     }
     std::fflush(stdout);
   }
@@ -164,6 +193,51 @@ int run_between_workers(const worker_table_options& options) {
     std::printf("\nwrote %s\n", options.json.c_str());
   }
   return 0;
+}
+
+int run_as_launched_worker(const worker_table_options& options) {
+  std::size_t rank = 0;
+  try {
+    const cluster_resolver resolver;
+    rank = resolver.spec().rank;
+    const auto world = resolver.spec().world_size;
+    if (world < 2)
+      throw std::invalid_argument("the cluster (from " + resolver.spec().source + ") has "
+                                  + std::to_string(world) + " worker; start every worker "
+                                  "under a launcher, e.g. mpirun -np 2 -x "
+                                  "LOCKSTEP_COORDINATOR=127.0.0.1:PORT allreduce --workers "
+                                  "launcher");
+    const char* communicator = std::getenv("LOCKSTEP_COMMUNICATOR");
+    if (rank == 0) {
+      std::printf("allreduce --workers launcher: SUM of float32 between the %zu workers of a "
+                  "launched job (cluster from %s; LOCKSTEP_COMMUNICATOR=%s), "
+                  "multi_worker_mirrored_strategy with %zu CPU replica(s) each (ctx.all_reduce "
+                  "in place, bytes per replica), median of %zu reps of ~%zu ms; GB = 1e9 B; "
+                  "no bound measured\n\n",
+                  world, resolver.spec().source.c_str(),
+                  communicator != nullptr ? communicator : "(unset: lockstep)",
+                  options.replicas_per_worker, options.reps, options.budget_ms);
+      print_worker_table_header();
+      std::fflush(stdout);
+    }
+    const auto seconds = worker_times(resolver, world, options);
+    if (rank != 0)
+      return 0;
+    auto rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < options.sizes.size(); ++i) {
+      const auto f = print_worker_row(world, options.sizes[i], seconds[i], 0.0);
+      rows.push_back(row_of(world, options.sizes[i], seconds[i], options, f));
+    }
+    if (!options.json.empty()) {
+      write_rows(options.json, 0.0, rows);
+      std::printf("\nwrote %s\n", options.json.c_str());
+    }
+    std::fflush(stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce --workers launcher: worker %zu: %s\n", rank, e.what());
+    return 1;
+  }
 }
 
 } // namespace lockstep::bench

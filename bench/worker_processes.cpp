@@ -152,6 +152,11 @@ worker_figures print_worker_row(std::size_t world, std::size_t bytes, double sec
   worker_figures f{};
   f.algbw = static_cast<double>(bytes) / seconds;
   f.busbw = f.algbw * 2.0 * (w - 1) / w;
+  if (stream_rate <= 0) {
+    std::printf("| %zu | %s | %.1f | %.3f | %.3f | - | - |\n", world, size_string(bytes).c_str(),
+                seconds * 1e6, f.algbw / 1e9, f.busbw / 1e9);
+    return f;
+  }
   f.bound = stream_rate / (2.0 * (w - 1));
   std::printf("| %zu | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", world,
               size_string(bytes).c_str(), seconds * 1e6, f.algbw / 1e9, f.busbw / 1e9,

@@ -96,7 +96,8 @@ void print_worker_table_header();
 
 /// Prints the row "| W | bytes | time us | algbw | busbw | bound | of
 /// bound |" (GB/s, GB = 1e9 B) of `bytes` reduced in `seconds` among
-/// `world` workers, and returns its figures.
+/// `world` workers, and returns its figures. A `stream_rate` of 0 (no
+/// bound measured) prints "-" for the bound and leaves `bound` 0.
 worker_figures print_worker_row(std::size_t world, std::size_t bytes, double seconds,
                                 double stream_rate);
 

@@ -5,12 +5,14 @@
 # between worker processes of `bench/allreduce --workers` (one replica per
 # worker) against Open MPI's MPI_Allreduce forced onto TCP and Gloo's two
 # TCP all-reduces, run alternately, with the medians, the ratios and the
-# targets. tools/compare_mpi.sh keeps the shared-memory comparison.
+# targets; and the strategy over MPI's collectives (LOCKSTEP_COMMUNICATOR=mpi)
+# against the raw MPI_Allreduce on the same transport, with an A/A control.
+# tools/compare_mpi.sh keeps the shared-memory comparison.
 #
 #   --rounds N      rounds (default 5; at least 5 unless --quick, whose
 #                   default is 1).
 #   --workers LIST  process counts (default 2,4); the targets are for 2.
-#   --json FILE     also write {"rows": [...], "targets": [...], "bound_gbs_total": ...}.
+#   --json FILE     also write {"rows": [...], "targets": [...], "aa_spread": ...}.
 #   --quick         short batches: a smoke test of the mechanics; its
 #                   figures mean little.
 #   --setup-only    install and build what the comparison needs, then exit
@@ -22,23 +24,34 @@
 #               --mca btl tcp,self --mca btl_tcp_if_include lo (ob1 forced so
 #               that the btl choice applies); --oversubscribe only where the
 #               ranks outnumber the cores.
+#   mpi_tcp_again  the same again, later in the round: the A/A control.
 #   gloo_ring   bench/peers/gloo_allreduce.cpp --algorithm ring:
 #               gloo::allreduce with Algorithm::RING, options built per call
 #               (PyTorch's path).
 #   gloo_halving_doubling   the same program with
 #               gloo::AllreduceHalvingDoubling<float>, constructed once per size.
 #               Both over gloo::transport::tcp on 127.0.0.1, FileStore rendezvous.
-#   lockstep    build/bench/allreduce --workers LIST: multi_worker_mirrored_strategy,
+#   lockstep    lockstep's ring: build/bench/allreduce --workers LIST: multi_worker_mirrored_strategy,
 #               one CPU replica per worker, on the TCP ring (LOCKSTEP_TRANSPORT=tcp:
 #               the workers share this host's memory, which they would use else), K back-to-back in-place
 #               ctx.all_reduce calls inside one strategy.run; it first measures
 #               the loopback bound (two opposite TCP streams of 64 MiB messages,
 #               total payload rate P; algbw <= P / 2(W-1)).
+#   lockstep_mpi  lockstep over MPI: build/bench/allreduce --workers launcher
+#               (each rank of the mpirun job is one worker, the cluster from
+#               Open MPI's variables, rank 0 prints the table; no bound) under
+#               the same mpirun settings as mpi_tcp, with
+#               LOCKSTEP_COMMUNICATOR=mpi and LOCKSTEP_COORDINATOR on a free
+#               loopback port: the same strategy, replicas and timing as
+#               lockstep, its collectives between the workers through MPI's
+#               MPI_Iallgather (the agreement) and MPI_Iallreduce on the same
+#               TCP transport as the raw MPI_Allreduce.
 #   socket_floor  bench/peers/socket_floor.cpp, with 2 workers at 4 B only:
 #               the floor under any 4-byte all-reduce of 2 processes, one
 #               exchange of 4 bytes each way on plain non-blocking sockets
 #               (spinning on poll(2)), no framing, no reduction.
-# The five take turns in every round, the order rotated by one each round.
+# The seven take turns in every round, the order rotated by one each round
+# (mpi_tcp and mpi_tcp_again apart, lockstep_mpi between them).
 # The peers get the same batch count and length as lockstep (5 batches of
 # ~300 ms; --quick 2 of ~50 ms). The lockstep binary and its library are
 # copied at the start, so a rebuild of build/ during the run changes nothing.
@@ -55,6 +68,12 @@
 #   1, 4, 16, 64 MiB: algbw >= 1.1x Open MPI TCP's; >= 1.3x best Gloo's;
 #                     >= 80% of the loopback bound.
 #   4 B:              latency (us per all-reduce) <= Open MPI TCP's.
+#   1, 4, 16, 64 MiB: lockstep over MPI's time <= Open MPI TCP's x (1.05 + A/A),
+#                     A/A = the spread of Open MPI against itself: the median
+#                     over rounds and these four sizes (W = 2) of the slower
+#                     of mpi_tcp and mpi_tcp_again over the faster, minus 1,
+#                     in the same round (0.03: the two runs differ by 3%).
+#                     (4 B over MPI is reported, without a target.)
 # Each is printed as PASS or MISS; --json lists them as the other benchmarks
 # do (target, measured, limit, at_least, unit, pass).
 #
@@ -63,7 +82,7 @@
 # libopenmpi-dev and libgloo-dev besides lockstep's own packages), configures
 # build/ (tools/configure.sh) and builds build/bench/allreduce, then builds
 # the peers into build/compare_tcp/, where the raw output of every launch
-# stays (round-R-NAME.out / .log, round-R-lockstep.json).
+# stays (round-R-NAME.out / .log, round-R-lockstep.json, round-R-lockstep_mpi-W.json).
 # Exit status: 0 with a report (or after --setup-only), whether or not the
 # targets are met; 1 when a launch failed (crashed, timed out or found a
 # wrong sum; the report leaves it out); 2 for bad arguments or a failed
@@ -76,7 +95,7 @@ sizes=4,1048576,4194304,16777216,67108864
 work="$repo/build/compare_tcp"
 
 usage() {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 die() {
@@ -192,15 +211,31 @@ launch() {
   fi
 }
 
+# A loopback port that was free a moment ago (the coordinator's).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 run_arm() {
   local w
   case "$1" in
-    mpi_tcp)
+    mpi_tcp|mpi_tcp_again)
       for w in "${worlds[@]}"; do
         local over=()
         ((w <= cores)) || over=(--oversubscribe)
-        launch "mpi_tcp-$w" mpirun "${mpi_flags[@]}" "${over[@]}" -np "$w" \
+        launch "$1-$w" mpirun "${mpi_flags[@]}" "${over[@]}" -np "$w" \
           "$work/mpi_allreduce" --variant tcp "${peer_flags[@]}"
+      done ;;
+    lockstep_mpi)
+      for w in "${worlds[@]}"; do
+        local over=() port
+        ((w <= cores)) || over=(--oversubscribe)
+        port="$(free_port)"
+        launch "lockstep_mpi-$w" mpirun "${mpi_flags[@]}" "${over[@]}" -np "$w" \
+          -x LOCKSTEP_COMMUNICATOR=mpi -x "LOCKSTEP_COORDINATOR=127.0.0.1:$port" \
+          -x LOCKSTEP_LISTEN=127.0.0.1:0 \
+          "$allreduce" --workers launcher --sizes "$sizes" --reps "$reps" \
+          --budget-ms "$budget_ms" --json "$work/round-$round-lockstep_mpi-$w.json"
       done ;;
     gloo_ring|gloo_halving_doubling)
       for w in "${worlds[@]}"; do
@@ -219,7 +254,7 @@ run_arm() {
   esac
 }
 
-arms=(mpi_tcp gloo_ring gloo_halving_doubling socket_floor lockstep)
+arms=(mpi_tcp gloo_ring lockstep_mpi socket_floor mpi_tcp_again gloo_halving_doubling lockstep)
 start_s=$SECONDS
 for ((round = 1; round <= rounds; ++round)); do
   shift_by=$(((round - 1) % ${#arms[@]}))
@@ -250,12 +285,14 @@ worlds = [int(w) for w in workers.split(",")]
 sizes = [int(s) for s in sizes.split(",")]
 peers = ("mpi_tcp", "gloo_ring", "gloo_halving_doubling")
 names = {"mpi_tcp": "Open MPI TCP", "gloo_ring": "Gloo ring",
-         "gloo_halving_doubling": "Gloo halving-doubling", "lockstep": "lockstep"}
-measured = (*peers, "socket_floor")
+         "gloo_halving_doubling": "Gloo halving-doubling", "lockstep": "lockstep",
+         "mpi_tcp_again": "Open MPI TCP again", "lockstep_mpi": "lockstep over MPI"}
+measured = (*peers, "socket_floor", "mpi_tcp_again")
 median = statistics.median
+target_sizes = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
 
 # per_round[impl][(world, bytes)] = [seconds in each round that has it]
-per_round = {impl: {} for impl in (*measured, "lockstep")}
+per_round = {impl: {} for impl in (*measured, "lockstep", "lockstep_mpi")}
 for path in sorted(glob.glob(f"{work}/round-*-*.out")):
     impl = re.match(r".*/round-\d+-(.*?)(-\d+)?\.out$", path).group(1)
     if impl not in measured:
@@ -276,7 +313,21 @@ for path in sorted(glob.glob(f"{work}/round-*-lockstep.json")):
         key = (row["workers"], row["bytes"])
         per_round["lockstep"].setdefault(key, []).append(row["seconds"])
         of_bound.setdefault(key, []).append(row["algbw_gbs"] / row["bound_gbs"])
+for path in sorted(glob.glob(f"{work}/round-*-lockstep_mpi-*.json")):
+    for row in json.load(open(path))["rows"]:
+        per_round["lockstep_mpi"].setdefault((row["workers"], row["bytes"]), []).append(
+            row["seconds"])
 loads = [line.split() for line in open(f"{work}/round-loadavg")]
+
+def by_round(impl, key):
+    return per_round[impl].get(key, [])
+
+# The A/A control: how far Open MPI's two runs in one round differ (the
+# slower's time over the faster's, minus 1), the median over rounds and the
+# target sizes with 2 processes.
+aa_spreads = [max(a, b) / min(a, b) - 1 for b_ in target_sizes
+              for a, b in zip(by_round("mpi_tcp", (2, b_)), by_round("mpi_tcp_again", (2, b_)))]
+aa = median(aa_spreads) if aa_spreads else None
 
 def size(b):
     return f"{b} B" if b < 1024 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
@@ -305,6 +356,12 @@ for w in worlds:
                "vs_mpi_tcp_by_round": [m / l for m, l in zip(per_round["mpi_tcp"].get(key, []),
                                                              per_round["lockstep"].get(key, []))],
                "vs_best_gloo": vs(best_gloo) if best_gloo else None,
+               "mpi_tcp_again_vs_mpi_tcp_by_round": [
+                   a / m for m, a in zip(by_round("mpi_tcp", key), by_round("mpi_tcp_again", key))],
+               "lockstep_mpi_vs_mpi_tcp": t["lockstep_mpi"] / t["mpi_tcp"]
+                   if t["lockstep_mpi"] and t["mpi_tcp"] else None,
+               "lockstep_mpi_vs_mpi_tcp_by_round": [
+                   l / m for m, l in zip(by_round("mpi_tcp", key), by_round("lockstep_mpi", key))],
                "bound_gbs": median(bound_total) / (2 * (w - 1)) if bound_total else None,
                "fraction_of_bound": median(of_bound[key]) if key in of_bound else None}
         rows.append(row)
@@ -341,6 +398,26 @@ if floor_row and floor_row["time_us"]["socket_floor"]:
           f"Open MPI TCP {floor_of('mpi_tcp')}. By round (us): lockstep {times('lockstep')}; "
           f"Open MPI TCP {times('mpi_tcp')}; floor {times('socket_floor')}.")
 
+print("\nlockstep over MPI (LOCKSTEP_COMMUNICATOR=mpi, the strategy under the same mpirun "
+      "settings) against the raw MPI_Allreduce, both over Open MPI's TCP on loopback; "
+      "4 B: latency in us, else algbw in GB/s. over MPI / raw = lockstep over MPI's time / "
+      "Open MPI's (below 1: lockstep over MPI is faster); A/A = Open MPI again's time / "
+      "Open MPI's, the same round.\n")
+print("| S | W | Open MPI TCP | Open MPI TCP again | lockstep over MPI | over MPI / raw | A/A |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+for row in rows:
+    b = row["bytes"]
+    figure = row["time_us"] if b <= 4 else row["algbw_gbs"]
+    cells = [number(figure[impl]) for impl in ("mpi_tcp", "mpi_tcp_again", "lockstep_mpi")]
+    t = row["time_us"]
+    ratio = lambda x: "n/a" if x is None else f"{x:.3f}"
+    again = t["mpi_tcp_again"] / t["mpi_tcp"] if t["mpi_tcp_again"] and t["mpi_tcp"] else None
+    print(f"| {size(b)} | {row['workers']} | {' | '.join(cells)} "
+          f"| {ratio(row['lockstep_mpi_vs_mpi_tcp'])} | {ratio(again)} |")
+print("\nA/A spread (W = 2, 1-64 MiB, median over rounds and sizes of the slower of Open "
+      f"MPI's two runs over the faster, minus 1): {'n/a' if aa is None else f'{100 * aa:.1f}%'}"
+      f" from {len(aa_spreads)} pair(s).")
+
 targets = []
 def target(what, measured, limit, at_least, unit):
     ok = measured is not None and limit is not None and (
@@ -366,6 +443,11 @@ if 2 in worlds:
         fraction = row["fraction_of_bound"]
         target(f"{size(b)}, 2 workers: algbw >= 80% of the loopback bound",
                None if fraction is None else 100 * fraction, 80.0, True, "%")
+        raw = t["mpi_tcp"]
+        target(f"{size(b)}, 2 workers: lockstep over MPI's time <= Open MPI TCP's "
+               f"{number(raw)} us x (1.05 + A/A {'n/a' if aa is None else f'{aa:.3f}'})",
+               t["lockstep_mpi"], None if raw is None or aa is None else raw * (1.05 + aa),
+               False, "us")
 
 if targets:
     print("\n| target | measured | limit | |\n|---|---:|---:|---|")
@@ -383,6 +465,7 @@ if json_path:
            "workers": worlds, "sizes": sizes,
            "bound_gbs_total": median(bound_total) if bound_total else None,
            "bound_gbs_total_by_round": bound_total,
+           "aa_spread": aa, "aa_spreads": aa_spreads,
            "loadavg": [{"when": r[0], "load": [float(x) for x in r[1:]]} for r in loads],
            "rows": rows, "targets": targets, "failed_launches": failures,
            "method": {
@@ -394,6 +477,15 @@ if json_path:
                "vs": "the peer's time / lockstep's time: above 1, lockstep is faster",
                "best_gloo": "the faster of gloo_ring and gloo_halving_doubling at that size",
                "vs_mpi_tcp_by_round": "Open MPI's time / lockstep's in each round, in round order",
+               "mpi_tcp_again": "the A/A control: mpi_tcp run a second time in the same round",
+               "lockstep_mpi": "lockstep over MPI: bench/allreduce --workers launcher, each "
+                               "rank of an mpirun job (mpi_tcp's settings) one worker, "
+                               "LOCKSTEP_COMMUNICATOR=mpi; its time measured as lockstep's",
+               "lockstep_mpi_vs_mpi_tcp": "lockstep over MPI's time / Open MPI's: below 1, "
+                                          "lockstep over MPI is faster",
+               "aa_spread": "the median over rounds and 1, 4, 16, 64 MiB with 2 processes of "
+                            "max(mpi_tcp, mpi_tcp_again) / min(mpi_tcp, mpi_tcp_again) - 1, "
+                            "their times in the same round",
                "socket_floor": "4 B with 2 workers only: bench/peers/socket_floor.cpp, one "
                                "4-byte exchange each way between 2 processes on plain sockets",
                "bound_gbs": "P / 2(W-1), P = the median over rounds of bench/allreduce's two "
