@@ -4,7 +4,8 @@
 // and 16 (powers of two and the fold of the extra ranks), sizes 0, 1, 3
 // (fewer elements than ranks), 1000 and 100003, every dtype and op,
 // against closed forms and bit for bit against the ring; floats of mixed
-// sign give the same bits on every rank; all-gather and broadcast from
+// sign give the same bits on every rank, those of each algorithm's
+// documented order of combination; all-gather and broadcast from
 // every root; ranks that issue different collectives, or pass a failure
 // on, all throw the same error; a rank that never comes is a deadline
 // error on every other rank. No actor system: suite 'unit', so it runs
@@ -13,6 +14,7 @@
 #include "collectives/binomial_tree.hpp"
 #include "collectives/halving_doubling.hpp"
 #include "collectives/peer_agreement.hpp"
+#include "collectives/power_of_two_core.hpp"
 #include "collectives/recursive_doubling.hpp"
 #include "collectives/ring_collectives.hpp"
 
@@ -363,5 +365,91 @@ TEST_CASE("a rank that never comes is a deadline error on every other rank, nami
       }
       CHECK(named);
     }
+  }
+}
+
+namespace {
+
+/// The leaves of the power-of-two core (power_of_two_core.hpp) of
+/// `inputs` (one per rank): the fold's pairs x_{2i} op x_{2i+1}, then the
+/// ranks beyond them.
+template <class T, class Op>
+std::vector<T> core_leaves(const std::vector<T>& inputs, Op op) {
+  const power_of_two_core layout(inputs.size());
+  std::vector<T> leaves;
+  for (std::size_t v = 0; v < layout.core; ++v)
+    leaves.push_back(v < layout.extra ? op(inputs[2 * v], inputs[2 * v + 1])
+                                      : inputs[v + layout.extra]);
+  return leaves;
+}
+
+/// Recursive doubling's documented order: a balanced tree in rank order.
+template <class T, class Op>
+T balanced_tree(const std::vector<T>& leaves, std::size_t first, std::size_t count, Op op) {
+  if (count == 1)
+    return leaves[first];
+  return op(balanced_tree(leaves, first, count / 2, op),
+            balanced_tree(leaves, first + count / 2, count / 2, op));
+}
+
+/// Halving-doubling's documented order: the first level joins leaves
+/// count/2 apart, the next count/4 apart, .. the last neighbours.
+template <class T, class Op>
+T halving_tree(std::vector<T> leaves, Op op) {
+  while (leaves.size() > 1) {
+    const auto half = leaves.size() / 2;
+    std::vector<T> next;
+    for (std::size_t j = 0; j < half; ++j)
+      next.push_back(op(leaves[j], leaves[j + half]));
+    leaves = std::move(next);
+  }
+  return leaves[0];
+}
+
+} // namespace
+
+TEST_CASE("recursive doubling and halving-doubling combine floats in their documented orders") {
+  for (const std::size_t world : {2, 3, 5, 6, 8, 9, 16}) {
+    CAPTURE(world);
+    constexpr std::size_t elements = 1001;
+    std::vector<std::vector<double>> inputs(world);
+    for (std::size_t r = 0; r < world; ++r) {
+      auto t = make_input(dtype::f64, elements, [](std::size_t) { return 0.0; });
+      mixed_values(r + 100).fill(t, reduce_op::sum);
+      const auto values = t.data<double>();
+      inputs[r].assign(values.begin(), values.end());
+    }
+    std::vector<std::vector<double>> doubling(world);
+    std::vector<std::vector<double>> halving(world);
+    run(world, [&](memory_link& group) {
+      auto a = inputs[group.rank()];
+      auto b = a;
+      recursive_doubling_all_reduce(group, reduce_op::sum, dtype::f64, bytes_of(a),
+                                    group.now() + 30s);
+      halving_doubling_all_reduce(group, reduce_op::sum, dtype::f64, bytes_of(b),
+                                  group.now() + 30s);
+      doubling[group.rank()] = std::move(a);
+      halving[group.rank()] = std::move(b);
+    });
+    const auto plus = [](double x, double y) { return x + y; };
+    bool orders_differ = false; // the two orders give different bits somewhere
+    for (std::size_t i = 0; i < elements; ++i) {
+      std::vector<double> column(world);
+      for (std::size_t r = 0; r < world; ++r)
+        column[r] = inputs[r][i];
+      const auto leaves = core_leaves(column, plus);
+      const auto tree = balanced_tree(leaves, 0, leaves.size(), plus);
+      const auto halves = halving_tree(leaves, plus);
+      orders_differ = orders_differ || tree != halves;
+      for (std::size_t r = 0; r < world; ++r)
+        if (std::memcmp(&doubling[r][i], &tree, sizeof(double)) != 0
+            || std::memcmp(&halving[r][i], &halves, sizeof(double)) != 0) {
+          FAIL("rank " << r << ", element " << i << ": " << doubling[r][i] << " and "
+                       << halving[r][i] << ", documented " << tree << " and " << halves);
+          return;
+        }
+    }
+    if (world >= 4) // three or more leaves: the orders are not the same
+      CHECK(orders_differ);
   }
 }

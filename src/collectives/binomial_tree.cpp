@@ -1,7 +1,5 @@
 #include "collectives/binomial_tree.hpp"
 
-#include "runtime/fault_injection.hpp"
-
 #include "lockstep/error.hpp"
 
 #include <bit>
@@ -20,10 +18,8 @@ void binomial_tree_broadcast(link& group, std::size_t root, std::span<std::uint8
   const auto d = (group.rank() + world - root) % world; // the distance from the root
   const auto rank_at = [&](std::size_t distance) { return (distance + root) % world; };
   const auto high = std::bit_floor(d); // d's highest bit: the step it receives in (0: the root)
-  if (d != 0) {
+  if (d != 0)
     group.receive(rank_at(d - high), data, deadline);
-    fault_point("broadcast");
-  }
   // Then it sends in every later step k, to d + k.
   for (std::size_t k = d == 0 ? 1 : 2 * high; k < world; k *= 2)
     if (d + k < world)

@@ -38,7 +38,7 @@ void reduce(link& group, reduce_op op, dtype type, std::span<std::uint8_t> data,
     group.exchange(peer, data, peer, scratch, deadline);
     combine_ordered(op, type, data, scratch, (v & m) == 0);
     if (m == 1)
-      fault_point("all-reduce");
+      fault_point("reduce-scatter");
   }
   if (layout.folds_in(rank))
     group.send(rank - 1, data, deadline);
