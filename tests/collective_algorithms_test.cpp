@@ -453,3 +453,32 @@ TEST_CASE("recursive doubling and halving-doubling combine floats in their docum
       CHECK(orders_differ);
   }
 }
+
+TEST_CASE("a rank that dies mid-collective fails every other rank's all-reduce with link_closed, "
+          "naming it") {
+  for (const std::size_t world : {5, 8}) {
+    for (const auto& a : algorithms) {
+      CAPTURE(world);
+      const std::string name = a.name;
+      CAPTURE(name);
+      const auto errors = try_run(world, [&](memory_link& group) {
+        std::vector<float> data(300'000, 1.0f);
+        if (group.rank() == 2)
+          throw std::runtime_error("killed"); // closes its end, as a process that dies
+        a.bare(group, reduce_op::sum, dtype::f32, bytes_of(data), group.now() + 30s);
+      });
+      bool named = false;
+      for (std::size_t r = 0; r < world; ++r) {
+        if (r == 2)
+          continue;
+        CAPTURE(r);
+        const auto what = error_of<link_closed>([&] {
+          if (errors[r])
+            std::rethrow_exception(errors[r]);
+        });
+        named = named || contains(what, "rank 2 closed its link");
+      }
+      CHECK(named);
+    }
+  }
+}
