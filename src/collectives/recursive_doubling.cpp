@@ -21,13 +21,13 @@ void reduce(link& group, reduce_op op, dtype type, std::span<std::uint8_t> data,
   const power_of_two_core layout(group.size());
   if (layout.world == 1 || data.empty())
     return;
-  const std::span scratch(reinterpret_cast<std::uint8_t*>(thread_scratch(data.size())),
-                          data.size());
   if (layout.folded_out(rank)) {
     group.send(rank + 1, data, deadline);
     group.receive(rank + 1, data, deadline);
     return;
   }
+  const std::span scratch(reinterpret_cast<std::uint8_t*>(thread_scratch(data.size())),
+                          data.size());
   if (layout.folds_in(rank)) {
     group.receive(rank - 1, scratch, deadline);
     combine_ordered(op, type, data, scratch, false); // x_{r-1} op x_r
