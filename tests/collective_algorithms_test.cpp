@@ -119,31 +119,34 @@ TEST_CASE("recursive doubling and halving-doubling all-reduce: worlds 1 to 9 and
         for (const auto op : all_ops)
           for (const std::size_t elements : {0, 1, 3, 1000, 100'003})
             visit_dtype(type, [&]<class T>(T) {
-              // The large size (several segments per rank, in every world)
-              // with SUM, MAX and PROD and its agreement only, to fit the
-              // unit suite's time under ThreadSanitizer.
+              // The large size (many elements in every segment, in every
+              // world; the layout does not depend on the op) with SUM and
+              // its agreement only, to fit the unit suite's time under
+              // ThreadSanitizer.
               const bool large = elements > 1000;
-              if (large && (op == reduce_op::mean || op == reduce_op::min))
+              if ((large || elements == 0) && op != reduce_op::sum) // 0: the agreement alone
                 return;
               std::vector<T> input(elements);
               for (std::size_t i = 0; i < elements; ++i)
                 input[i] = static_cast<T>(static_cast<float>(value(i, group.rank(), op)));
               const auto deadline = group.now() + 60s;
+              // The ring's bits, for integers (floats of small integers are
+              // exact: the closed form holds them to the ring's bits too).
+              const bool integer = type == dtype::i32 || type == dtype::i64;
               auto ring = input;
-              ring_all_reduce(group, op, type, bytes_of(ring), deadline);
+              if (integer)
+                ring_all_reduce(group, op, type, bytes_of(ring), deadline);
               for (const auto& a : algorithms) {
                 auto agreed = input;
                 auto bare = input;
                 a.agreed(group, records, fingerprint_of(++seq, op, type, elements), nullptr, op,
                          type, bytes_of(agreed), deadline);
-                if (!large)
+                // Without the agreement: the same data path, for SUM.
+                if (op == reduce_op::sum && !large)
                   a.bare(group, op, type, bytes_of(bare), deadline);
                 else
                   bare = agreed;
-                // The closed form on every rank for the small sizes, on one
-                // rank for the large one (every rank matches the ring's bits).
-                const bool closed_form = elements <= 1000 || group.rank() == world - 1;
-                for (std::size_t i = 0; closed_form && i < elements; ++i) {
+                for (std::size_t i = 0; i < elements; ++i) {
                   const auto want = expected<T>(i, world, op);
                   if (!same_value(agreed[i], want) || !same_value(bare[i], want)) {
                     FAIL(a.name << ", rank " << group.rank() << " of " << world << ": "
@@ -155,7 +158,7 @@ TEST_CASE("recursive doubling and halving-doubling all-reduce: worlds 1 to 9 and
                     return;
                   }
                 }
-                if (elements > 0 && (std::memcmp(agreed.data(), ring.data(),
+                if (integer && elements > 0 && (std::memcmp(agreed.data(), ring.data(),
                                                  elements * sizeof(T)) != 0
                                      || std::memcmp(bare.data(), ring.data(),
                                                     elements * sizeof(T)) != 0)) {
@@ -177,10 +180,10 @@ TEST_CASE("recursive doubling and halving-doubling give every rank the same bits
     for (const auto& a : algorithms) {
       CAPTURE(std::string(a.name));
       for (const auto type : all_types)
-        for (const auto op : {reduce_op::sum, reduce_op::mean, reduce_op::prod}) {
+        for (const auto op : {reduce_op::sum, reduce_op::prod}) {
           CAPTURE(to_string(type));
           CAPTURE(to_string(op));
-          constexpr std::int64_t elements = 10'007;
+          constexpr std::int64_t elements = 3001;
           std::vector<std::vector<std::uint8_t>> results(world); // by rank
           std::vector<std::vector<std::uint8_t>> rings(world);
           run(world, [&](memory_link& group) {
