@@ -30,6 +30,12 @@
 // reduce-scatter's MPI call posted (in flight); all-gather with an
 // all-gather's posted.
 //
+// The algorithms that talk to any rank (collectives/recursive_doubling.hpp,
+// halving_doubling.hpp, peer_agreement.hpp): agree before their record
+// goes out; reduce-scatter after an all-reduce's first exchange of data;
+// all-gather after an all-gather's first (or, in halving-doubling, its
+// all-gather half's first) exchange.
+//
 // With LOCKSTEP_FAULT_RANK=<r> and/or LOCKSTEP_FAULT_GENERATION=<g> as
 // well, only the worker of that rank and generation counts and acts (so a
 // launcher may pass one environment to every worker and every restart);
