@@ -385,9 +385,9 @@ void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
       return ctx.all_reduce(reduce_op::sum, tensor::scalar(1.0f, current_device()));
     });
   };
-  sum_once();
   const auto last = s.cluster().world_size - 1;
   if (rank_of(s) == last) {
+    sum_once();
     std::fflush(stdout);
     std::raise(how == "kill" ? SIGKILL : SIGSTOP);
     if (how != "freeze")
@@ -408,6 +408,10 @@ void lost(multi_worker_mirrored_strategy& s, const std::string& how) {
     return;
   }
   try {
+    // The last worker dies once its first all-reduce returned, which may
+    // be before this worker's did (one waiting in a fan-out, say): then
+    // this worker's first raises the loss.
+    sum_once();
     sum_once();
     throw std::runtime_error("an all_reduce without worker " + std::to_string(last) + " succeeded");
   } catch (const peer_lost_error& e) {
