@@ -11,11 +11,8 @@
 
 namespace lockstep::detail {
 
-namespace {
-
-/// `accumulator[i] = accumulator[i] op x[i]` on `bytes_count` bytes.
-void combine(reduce_op op, dtype type, std::uint8_t* accumulator, const std::uint8_t* x,
-             std::size_t bytes_count) {
+void combine_bytes(reduce_op op, dtype type, std::uint8_t* accumulator, const std::uint8_t* x,
+                   std::size_t bytes_count) {
   visit_dtype(type, [&]<class T>(T) {
     if constexpr (!is_half_v<T>)
       dispatch_op(op, [&](auto op_constant) {
@@ -29,8 +26,6 @@ void combine(reduce_op op, dtype type, std::uint8_t* accumulator, const std::uin
   });
 }
 
-} // namespace
-
 void combine_ordered(reduce_op op, dtype type, std::span<std::uint8_t> a,
                      std::span<std::uint8_t> b, bool a_first) {
   if (a.empty())
@@ -39,9 +34,9 @@ void combine_ordered(reduce_op op, dtype type, std::span<std::uint8_t> a,
     throw value_error("combine_ordered: " + std::string(to_string(type))
                       + " is combined in float32");
   if (a_first) {
-    combine(op, type, a.data(), b.data(), a.size());
+    combine_bytes(op, type, a.data(), b.data(), a.size());
   } else {
-    combine(op, type, b.data(), a.data(), a.size());
+    combine_bytes(op, type, b.data(), a.data(), a.size());
     std::memcpy(a.data(), b.data(), a.size());
   }
 }

@@ -19,6 +19,11 @@
 
 namespace lockstep::detail {
 
+/// `accumulator[i] = accumulator[i] op x[i]` on `bytes_count` bytes of
+/// `type` (not a half type: those are combined in float32).
+void combine_bytes(reduce_op op, dtype type, std::uint8_t* accumulator, const std::uint8_t* x,
+                   std::size_t bytes_count);
+
 /// `a[i] = a[i] op b[i]` when `a_first`, else `a[i] = b[i] op a[i]`, for
 /// the `a.size()` bytes of `type` (not a half type; `b` as long as `a`).
 /// `b` is scratch: it holds `b op a` afterwards when `!a_first`. The

@@ -1,5 +1,7 @@
 #include "collectives/ring_collectives.hpp"
 
+#include "collectives/byte_reduction.hpp"
+
 #include "collectives/thread_scratch.hpp"
 #include "devices/elementwise_loops.hpp"
 #include "runtime/fault_injection.hpp"
@@ -27,23 +29,6 @@ struct neighbours {
 
 // -- reductions -----------------------------------------------------------------------
 
-/// `accumulator[i] = accumulator[i] op x[i]` on raw bytes of `type` (not a
-/// half type: those are reduced in float).
-void combine(reduce_op op, dtype type, std::uint8_t* accumulator, const std::uint8_t* x,
-             std::size_t bytes_count) {
-  visit_dtype(type, [&]<class T>(T) {
-    if constexpr (!is_half_v<T>)
-      dispatch_op(op, [&](auto op_constant) {
-        in_blocks(static_cast<std::int64_t>(bytes_count / sizeof(T)),
-                  [&](std::int64_t at, std::int64_t length) {
-                    combine_loop<decltype(op_constant)::value>(
-                        reinterpret_cast<T*>(accumulator) + at,
-                        reinterpret_cast<const T*>(x) + at, length);
-                  });
-      });
-  });
-}
-
 void divide(dtype type, std::span<std::uint8_t> data, std::size_t divisor) {
   visit_dtype(type, [&]<class T>(T) {
     if constexpr (!is_half_v<T>)
@@ -65,7 +50,7 @@ void all_reduce_by_gather(link& ring, reduce_op op, dtype type,
   ring_all_gather(ring, blocks, deadline);
   std::memcpy(data.data(), blocks.data(), size);
   for (std::size_t r = 1; r < world; ++r)
-    combine(op, type, data.data(), blocks.data() + r * size, size);
+    combine_bytes(op, type, data.data(), blocks.data() + r * size, size);
 }
 
 /// Reduce-scatter, then all-gather, over `world` segments. In the last
@@ -107,7 +92,7 @@ void all_reduce_by_ring(link& ring, reduce_op op, dtype type, std::span<std::uin
       const auto received = part(mine, at, chunk);
       ring.exchange(peers.next, part(out, at, chunk), peers.prev,
                     std::span(scratch, received.size()), deadline);
-      combine(op, type, received.data(), scratch, received.size());
+      combine_bytes(op, type, received.data(), scratch, received.size());
       if (t == 0 && at == 0)
         fault_point("reduce-scatter");
       if (!last)
@@ -159,7 +144,7 @@ void agree_and_reduce_by_gather(link& ring, const agreement& agreed, reduce_op o
   if (ring.rank() != 0)
     std::memcpy(data.data(), agreed.records.payload(0).data(), data.size());
   for (std::size_t r = 1; r < ring.size(); ++r)
-    combine(op, type, data.data(), agreed.records.payload(r).data(), data.size());
+    combine_bytes(op, type, data.data(), agreed.records.payload(r).data(), data.size());
 }
 
 /// ring_all_reduce, with the agreement first (`agreed`) or without.
