@@ -504,28 +504,29 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
     }
     const auto f = all_reduce_fingerprint(seq++, op, inputs, first, last, batch, options);
     const auto type = f.dtype;
-    run(rank, f, options, [&](time_point deadline) {
+    run(rank, f, options, [&](time_point) {
       if (total == 0)
         return;
       const auto count = count_of(total / size_of(type), "all_reduce");
-      const auto reduce = [&](const void* in, void* out, std::span<const tensor> keep) {
-        requests_.assign(1, MPI_REQUEST_NULL);
+      // Every rank agreed to this all-reduce: its data moves in one blocking
+      // MPI_Allreduce, whose algorithms (Open MPI's tuned component) are
+      // what users measure; the non-blocking MPI_Iallreduce runs other ones
+      // (libnbc), 1.2 to 1.5 times slower over TCP here (docs/multi_worker.md,
+      // "Collectives over MPI"). The deadline bounds the agreement; a rank
+      // lost inside the call is the launcher's to end (the file comment).
+      const auto reduce = [&](const void* in, void* out) {
+        fault_point("reduce-scatter"); // a rank lost as its all-reduce starts
         const auto datatype = datatype_of(type);
         const auto mpi_op = op_of(op, type);
-        check(locked([&] {
-                return MPI_Iallreduce(in, out, count, datatype, mpi_op, comm_, requests_.data());
-              }),
-              "MPI_Iallreduce", f);
-        fault_point("reduce-scatter"); // a rank lost with its all-reduce in flight
-        wait(requests_, "MPI_Iallreduce", f, options.timeout, deadline, keep);
+        check(locked([&] { return MPI_Allreduce(in, out, count, datatype, mpi_op, comm_); }),
+              "MPI_Allreduce", f);
         if (op == reduce_op::mean)
           divide(type, out, static_cast<std::size_t>(count), ranks_);
       };
       if (last - first == 1) { // one tensor: reduced into its output, no pack
         const void* in = inputs[first].raw_data();
         void* out = outputs[first].raw_data();
-        const tensor keep[] = {inputs[first], outputs[first]};
-        reduce(in == out ? MPI_IN_PLACE : in, out, keep);
+        reduce(in == out ? MPI_IN_PLACE : in, out);
         return;
       }
       auto& pack = buffers_->pack;
@@ -537,7 +538,7 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
           std::memcpy(pack.data() + at, in.data(), in.size());
         at += in.size();
       }
-      reduce(MPI_IN_PLACE, pack.data(), {});
+      reduce(MPI_IN_PLACE, pack.data());
       at = 0;
       for (auto i = first; i < last; ++i) {
         const auto out = bytes_of(outputs[i]);

@@ -16,8 +16,9 @@
 //   does not fit its record (a long failure message or tag) is announced
 //   by its length, and every rank then gathers the whole frames with an
 //   MPI_Iallgatherv;
-// * data: one MPI call: MPI_Iallreduce (one per run of tensors of one
-//   dtype, through a contiguous buffer when the run has several tensors),
+// * data: one MPI call: MPI_Allreduce (one per run of tensors of one
+//   dtype, through a contiguous buffer when the run has several tensors;
+//   blocking, see Waits),
 //   MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast (one per
 //   buffer). MEAN is SUM, then a division by the number of ranks
 //   (divide_loop: integers truncate toward zero), as on the ring.
@@ -32,16 +33,22 @@
 // exact in any order, so their results are the ring's bit for bit. Every
 // rank gets the same bits: docs/multi_worker.md, "Collectives over MPI".
 //
-// Waits: MPI cannot cancel a collective. Each call is non-blocking, and
-// the rank polls it (MPI_Test, which also drives Open MPI's progress)
-// until it completes, its deadline passes (timeout_error naming the
+// Waits: MPI cannot cancel a collective. Each call but an all-reduce's
+// data is non-blocking, and the rank polls it (MPI_Test, which also
+// drives Open MPI's progress) until it completes, its deadline passes (timeout_error naming the
 // collective) or the group is broken (break_group, from any thread: a
 // lost worker, in the node's words). A timeout, a break or an MPI error
 // leaves a collective in flight that MPI still owns, so the communicator
 // is broken for good: this and every later collective throw that error
 // without calling into MPI again (the buffers of an abandoned collective
-// are kept alive until the process ends). A rank blocked inside MPI when
-// a peer dies is ended by the launcher (Open MPI's mpirun kills the job).
+// are kept alive until the process ends). An all-reduce's data, once
+// every rank agreed to it within the deadline, moves in a blocking
+// MPI_Allreduce: Open MPI's non-blocking MPI_Iallreduce runs slower
+// algorithms (1.2 to 1.5 times over TCP here), and what lockstep adds on
+// top of MPI must cost nothing measurable; so a rank that stalls or dies
+// inside that call is not bounded by lockstep's deadline. A rank blocked
+// inside MPI when a peer dies is ended by the launcher (Open MPI's mpirun
+// kills the job).
 //
 // Threads: the communicator calls MPI from whichever thread issues a
 // collective, one call at a time (a process-wide mutex), so MPI must run
