@@ -209,6 +209,20 @@ collective_fingerprint all_gather_fingerprint(std::string_view what, std::size_t
   return f;
 }
 
+collective_fingerprint reduce_scatter_fingerprint(std::uint64_t seq, reduce_op op,
+                                                  const tensor& input,
+                                                  const collective_options& options) {
+  collective_fingerprint f;
+  f.seq = seq;
+  f.op = "reduce_scatter";
+  f.reduction = std::string(to_string(op));
+  f.tag = options.tag;
+  f.epoch = options.epoch;
+  f.dtype = input.dtype();
+  f.shape = input.shape();
+  return f;
+}
+
 collective_fingerprint broadcast_fingerprint(std::uint64_t seq, std::size_t root,
                                              std::span<const tensor> buffers,
                                              const collective_options& options) {

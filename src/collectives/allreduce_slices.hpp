@@ -90,6 +90,12 @@ collective_fingerprint all_gather_fingerprint(std::string_view what, std::size_t
                                               const tensor& output,
                                               const collective_options& options);
 
+/// The fingerprint of collective `seq`, a reduce-scatter with `op` of each
+/// rank's `input` (every rank's blocks, in rank order), between processes.
+collective_fingerprint reduce_scatter_fingerprint(std::uint64_t seq, reduce_op op,
+                                                  const tensor& input,
+                                                  const collective_options& options);
+
 /// The fingerprint of collective `seq`, a broadcast of `buffers` from rank
 /// `root`, between processes.
 collective_fingerprint broadcast_fingerprint(std::uint64_t seq, std::size_t root,

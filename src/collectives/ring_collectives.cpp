@@ -1,18 +1,14 @@
 #include "collectives/ring_collectives.hpp"
 
 #include "collectives/byte_reduction.hpp"
-
 #include "collectives/thread_scratch.hpp"
-#include "devices/elementwise_loops.hpp"
 #include "runtime/fault_injection.hpp"
 
 #include "lockstep/error.hpp"
-#include "lockstep/float16.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <vector>
 
 namespace lockstep::detail {
 
@@ -28,14 +24,6 @@ struct neighbours {
 };
 
 // -- reductions -----------------------------------------------------------------------
-
-void divide(dtype type, std::span<std::uint8_t> data, std::size_t divisor) {
-  visit_dtype(type, [&]<class T>(T) {
-    if constexpr (!is_half_v<T>)
-      divide_loop(reinterpret_cast<T*>(data.data()), static_cast<std::int64_t>(divisor),
-                  static_cast<std::int64_t>(data.size() / sizeof(T)));
-  });
-}
 
 /// The all-gather path: every rank gets every rank's buffer and combines
 /// them in rank order.
@@ -150,41 +138,22 @@ void agree_and_reduce_by_gather(link& ring, const agreement& agreed, reduce_op o
 /// ring_all_reduce, with the agreement first (`agreed`) or without.
 void all_reduce(link& ring, const agreement* agreed, reduce_op op, dtype type,
                 std::span<std::uint8_t> data, link::time_point deadline) {
-  if (data.size() % size_of(type) != 0)
-    throw value_error("ring_all_reduce: " + std::to_string(data.size()) + " bytes are not whole "
-                      + std::string(to_string(type)) + " elements");
-  if (is_half(type)) { // in float32, rounded once at the end
-    const auto count = data.size() / size_of(type);
-    std::vector<float> wide(count);
-    visit_dtype(type, [&]<class T>(T) {
-      if constexpr (is_half_v<T>)
-        widen(reinterpret_cast<const T*>(data.data()), wide.data(),
-              static_cast<std::int64_t>(count));
-    });
-    all_reduce(ring, agreed, op, dtype::f32,
-               {reinterpret_cast<std::uint8_t*>(wide.data()), count * sizeof(float)}, deadline);
-    visit_dtype(type, [&]<class T>(T) {
-      if constexpr (is_half_v<T>)
-        narrow(wide.data(), reinterpret_cast<T*>(data.data()), static_cast<std::int64_t>(count));
-    });
-    return;
-  }
-  const auto combining = op == reduce_op::mean ? reduce_op::sum : op;
   const auto world = ring.size();
-  const bool by_gather = (world - 1) * data.size() <= small_all_reduce_bytes
-                         || data.size() / size_of(type) < world;
-  if (agreed != nullptr && world > 1 && by_gather) {
-    agree_and_reduce_by_gather(ring, *agreed, combining, type, data, deadline);
-  } else {
+  reduce_as_ring_does("ring_all_reduce", op, type, data, world,
+                      [&](reduce_op combining, dtype element, std::span<std::uint8_t> bytes) {
+    const bool by_gather = (world - 1) * bytes.size() <= small_all_reduce_bytes
+                           || bytes.size() / size_of(element) < world;
+    if (agreed != nullptr && world > 1 && by_gather) {
+      agree_and_reduce_by_gather(ring, *agreed, combining, element, bytes, deadline);
+      return;
+    }
     if (agreed != nullptr)
       ring_agree(ring, agreed->records, agreed->mine, agreed->failure, deadline);
     if (world > 1 && by_gather)
-      all_reduce_by_gather(ring, combining, type, data, deadline);
+      all_reduce_by_gather(ring, combining, element, bytes, deadline);
     else if (world > 1)
-      all_reduce_by_ring(ring, combining, type, data, deadline);
-  }
-  if (op == reduce_op::mean)
-    divide(type, data, world);
+      all_reduce_by_ring(ring, combining, element, bytes, deadline);
+  });
 }
 
 } // namespace

@@ -64,53 +64,6 @@ std::size_t slots_offset(std::size_t ranks) {
   return round_up(records_offset() + ranks * 2 * host_shm_communicator::record_bytes, page);
 }
 
-/// Copies bytes [offset, offset + length) of the concatenation of
-/// `tensors` to `to`.
-void read_pack(std::span<const tensor> tensors, std::size_t offset, std::byte* to,
-               std::size_t length) {
-  for (const auto& t : tensors) {
-    const auto data = bytes_of(t);
-    if (offset >= data.size()) {
-      offset -= data.size();
-      continue;
-    }
-    const auto n = std::min(length, data.size() - offset);
-    std::memcpy(to, data.data() + offset, n);
-    to += n;
-    length -= n;
-    offset = 0;
-    if (length == 0)
-      return;
-  }
-}
-
-/// Copies `length` bytes from `from` to bytes [offset, offset + length) of
-/// the concatenation of `tensors`.
-void write_pack(std::span<tensor> tensors, std::size_t offset, const std::byte* from,
-                std::size_t length) {
-  for (auto& t : tensors) {
-    const auto data = bytes_of(t);
-    if (offset >= data.size()) {
-      offset -= data.size();
-      continue;
-    }
-    const auto n = std::min(length, data.size() - offset);
-    std::memcpy(data.data() + offset, from, n);
-    from += n;
-    length -= n;
-    offset = 0;
-    if (length == 0)
-      return;
-  }
-}
-
-std::size_t pack_bytes(std::span<const tensor> tensors) {
-  std::size_t total = 0;
-  for (const auto& t : tensors)
-    total += t.byte_size();
-  return total;
-}
-
 /// `failure` with its message cut so that its record fits: a failure's
 /// text is the only part of a record without a bound.
 std::exception_ptr fitting(const std::exception_ptr& failure) {
@@ -490,14 +443,7 @@ void host_shm_communicator::reduce_scatter(std::size_t rank, reduce_op op, const
       || static_cast<std::size_t>(input.num_elements()) != ranks_ * output.num_elements())
     throw value_error("host_shm reduce_scatter: the input needs " + std::to_string(ranks_)
                       + " blocks of the output's size and dtype");
-  collective_fingerprint f;
-  f.seq = session_.number(rank, options);
-  f.op = "reduce_scatter";
-  f.reduction = std::string(to_string(op));
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.dtype = input.dtype();
-  f.shape = input.shape();
+  const auto f = reduce_scatter_fingerprint(session_.number(rank, options), op, input, options);
   // The all-reduce's pass through the slots, each rank reading back only
   // the part of each chunk in its own block.
   const auto block = output.byte_size();

@@ -485,7 +485,7 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
   if (inputs.size() != outputs.size())
     throw value_error("mpi all_reduce: " + std::to_string(inputs.size()) + " inputs but "
                       + std::to_string(outputs.size()) + " outputs");
-  auto seq = std::max(first_seq, session_.next_seq(rank));
+  auto seq = session_.number(rank, options, first_seq);
   const auto batch = sign_batch(inputs);
   // One collective per run of tensors of one dtype, as on the ring.
   std::size_t first = 0;
@@ -493,7 +493,6 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
     auto last = first + 1;
     while (last < inputs.size() && inputs[last].dtype() == inputs[first].dtype())
       ++last;
-    last = std::min(last, inputs.size());
     std::size_t total = 0;
     for (auto i = first; i < last; ++i) {
       if (outputs[i].dtype() != inputs[i].dtype()
@@ -502,7 +501,8 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
                           + " does not match its input");
       total += inputs[i].byte_size();
     }
-    const auto f = all_reduce_fingerprint(seq++, op, inputs, first, last, batch, options);
+    const auto run_seq = options.seq != 0 ? seq : seq++; // caller-numbered: one number
+    const auto f = all_reduce_fingerprint(run_seq, op, inputs, first, last, batch, options);
     const auto type = f.dtype;
     run(rank, f, options, [&](time_point) {
       if (total == 0)
@@ -531,21 +531,10 @@ void mpi_communicator::all_reduce(std::size_t rank, reduce_op op, std::span<cons
       }
       auto& pack = buffers_->pack;
       pack.resize(total);
-      std::size_t at = 0;
-      for (auto i = first; i < last; ++i) {
-        const auto in = bytes_of(inputs[i]);
-        if (!in.empty())
-          std::memcpy(pack.data() + at, in.data(), in.size());
-        at += in.size();
-      }
+      auto* packed = reinterpret_cast<std::byte*>(pack.data());
+      read_pack(inputs.subspan(first, last - first), 0, packed, total);
       reduce(MPI_IN_PLACE, pack.data());
-      at = 0;
-      for (auto i = first; i < last; ++i) {
-        const auto out = bytes_of(outputs[i]);
-        if (!out.empty())
-          std::memcpy(out.data(), pack.data() + at, out.size());
-        at += out.size();
-      }
+      write_pack(outputs.subspan(first, last - first), 0, packed, total);
     });
     first = last;
   } while (first < inputs.size());
@@ -557,14 +546,7 @@ void mpi_communicator::reduce_scatter(std::size_t rank, reduce_op op, const tens
       || static_cast<std::size_t>(input.num_elements()) != ranks_ * output.num_elements())
     throw value_error("mpi reduce_scatter: the input needs " + std::to_string(ranks_)
                       + " blocks of the output's size and dtype");
-  collective_fingerprint f;
-  f.seq = session_.next_seq(rank);
-  f.op = "reduce_scatter";
-  f.reduction = std::string(to_string(op));
-  f.tag = options.tag;
-  f.epoch = options.epoch;
-  f.dtype = input.dtype();
-  f.shape = input.shape();
+  const auto f = reduce_scatter_fingerprint(session_.number(rank, options), op, input, options);
   run(rank, f, options, [&](time_point deadline) {
     const auto block = static_cast<std::size_t>(output.num_elements());
     if (block == 0)
@@ -588,8 +570,8 @@ void mpi_communicator::reduce_scatter(std::size_t rank, reduce_op op, const tens
 
 void mpi_communicator::all_gather(std::size_t rank, const tensor& input, tensor& output,
                                   const collective_options& options) {
-  const auto f = all_gather_fingerprint("mpi", ranks_, session_.next_seq(rank), input, output,
-                                        options);
+  const auto f = all_gather_fingerprint("mpi", ranks_, session_.number(rank, options), input,
+                                        output, options);
   run(rank, f, options, [&](time_point deadline) {
     const auto bytes = input.byte_size();
     if (bytes == 0)
@@ -609,7 +591,7 @@ void mpi_communicator::all_gather(std::size_t rank, const tensor& input, tensor&
 
 void mpi_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
                                  const collective_options& options) {
-  auto f = broadcast_fingerprint(session_.next_seq(rank), root, buffers, options);
+  auto f = broadcast_fingerprint(session_.number(rank, options), root, buffers, options);
   f.batch_dtypes = sign_batch(buffers).dtypes; // MPI moves bytes: the dtypes must agree too
   run(rank, f, options, [&](time_point deadline) {
     // MPI checks the root: one outside the group is its MPI_ERR_ROOT.

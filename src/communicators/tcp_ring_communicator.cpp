@@ -184,22 +184,11 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
         return;
       }
       bytes buffer(total);
-      std::size_t at = 0;
-      for (auto i = first; i < last; ++i) {
-        const auto in = bytes_of(inputs[i]);
-        if (!in.empty())
-          std::memcpy(buffer.data() + at, in.data(), in.size());
-        at += in.size();
-      }
+      auto* pack = reinterpret_cast<std::byte*>(buffer.data());
+      read_pack(inputs.subspan(first, last - first), 0, pack, total);
       ring_all_reduce(link_, records_, mine, options.failure, op, inputs[first].dtype(), buffer,
                       deadline);
-      at = 0;
-      for (auto i = first; i < last; ++i) {
-        const auto out = bytes_of(outputs[i]);
-        if (!out.empty())
-          std::memcpy(out.data(), buffer.data() + at, out.size());
-        at += out.size();
-      }
+      write_pack(outputs.subspan(first, last - first), 0, pack, total);
     });
     first = last;
   } while (first < inputs.size());
