@@ -457,6 +457,48 @@ TEST_CASE("recursive doubling and halving-doubling combine floats in their docum
   }
 }
 
+TEST_CASE("the agreed recursive-doubling all-reduce of a small buffer carries it in the records: "
+          "rank order, the ring's bits") {
+  for (const std::size_t world : {2, 3, 5, 8}) {
+    CAPTURE(world);
+    constexpr std::size_t elements = 9; // (world - 1) * 72 bytes: the all-gather path
+    std::vector<std::vector<double>> inputs(world);
+    for (std::size_t r = 0; r < world; ++r) {
+      auto t = make_input(dtype::f64, elements, [](std::size_t) { return 0.0; });
+      mixed_values(r + 7).fill(t, reduce_op::sum);
+      const auto values = t.data<double>();
+      inputs[r].assign(values.begin(), values.end());
+    }
+    std::vector<std::vector<double>> doubling(world);
+    std::vector<std::vector<double>> ring(world);
+    run(world, [&](memory_link& group) {
+      ring_records records;
+      auto a = inputs[group.rank()];
+      auto b = a;
+      const auto deadline = group.now() + 30s;
+      recursive_doubling_all_reduce(group, records,
+                                    fingerprint_of(1, reduce_op::sum, dtype::f64, elements),
+                                    nullptr, reduce_op::sum, dtype::f64, bytes_of(a), deadline);
+      ring_all_reduce(group, records, fingerprint_of(2, reduce_op::sum, dtype::f64, elements),
+                      nullptr, reduce_op::sum, dtype::f64, bytes_of(b), deadline);
+      doubling[group.rank()] = std::move(a);
+      ring[group.rank()] = std::move(b);
+    });
+    for (std::size_t i = 0; i < elements; ++i) {
+      double in_rank_order = inputs[0][i];
+      for (std::size_t r = 1; r < world; ++r)
+        in_rank_order += inputs[r][i];
+      for (std::size_t r = 0; r < world; ++r)
+        if (std::memcmp(&doubling[r][i], &in_rank_order, sizeof(double)) != 0
+            || std::memcmp(&ring[r][i], &in_rank_order, sizeof(double)) != 0) {
+          FAIL("rank " << r << ", element " << i << ": " << doubling[r][i] << " and "
+                       << ring[r][i] << ", in rank order " << in_rank_order);
+          return;
+        }
+    }
+  }
+}
+
 TEST_CASE("a rank that dies mid-collective fails every other rank's all-reduce with link_closed, "
           "naming it") {
   for (const std::size_t world : {5, 8}) {

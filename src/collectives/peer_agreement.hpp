@@ -10,7 +10,7 @@
 //   core      in step k (mask m = 2^k, k = 0 .. log2(core) - 1) virtual
 //             rank v swaps every frame it holds (those of the ranks that
 //             virtual ranks v & ~(m-1) .. + m - 1 stand for) with
-//             virtual rank v ^ m, frame by frame
+//             virtual rank v ^ m, all in one outer frame (one message)
 //   fold out  rank r + 1 sends every other rank's frame back to r (1 step)
 //
 // log2(core) steps on a power of two, log2(core) + 2 otherwise. Then every
@@ -19,7 +19,9 @@
 // the ranks), as ring_agree does. Deadlines are the link's; a closed link
 // or a silent peer throws link_closed or link_deadline_passed naming it.
 
+#include <cstdint>
 #include <exception>
+#include <span>
 
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/ring_records.hpp"
@@ -33,5 +35,12 @@ namespace lockstep::detail {
 /// between collectives (the same type as the ring's).
 void peer_agree(link& group, ring_records& records, const collective_fingerprint& mine,
                 const std::exception_ptr& failure, link::time_point deadline);
+
+/// peer_agree with `payload` in this rank's record (at most
+/// ring_records' payload limit): once it returns, records.payload(r) is
+/// rank r's, on every rank (the all-reduce's gather path).
+void peer_agree(link& group, ring_records& records, const collective_fingerprint& mine,
+                const std::exception_ptr& failure, std::span<const std::uint8_t> payload,
+                link::time_point deadline);
 
 } // namespace lockstep::detail

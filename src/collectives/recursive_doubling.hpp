@@ -36,7 +36,10 @@
 // The agreed all-reduce first agrees as the ring does, by recursive
 // doubling of the same records (peer_agreement.hpp), so every rank throws
 // the same error on a mismatch or a passed-on failure before any data
-// moves. Deadlines are the link's; a closed link or a silent peer throws
+// moves. At the sizes where the ring's all-reduce takes its all-gather
+// path (all_reduce_gathers) the data rides in the records instead: one
+// pass of log2(core) steps (+2), after which every rank combines the
+// buffers in rank order, the ring's bits (ring_collectives.hpp). Deadlines are the link's; a closed link or a silent peer throws
 // link_closed or link_deadline_passed naming it, and the caller closes
 // its link so that the others fail at once.
 

@@ -127,12 +127,7 @@ void agree_and_reduce_by_gather(link& ring, const agreement& agreed, reduce_op o
   agreed.records.start(ring.rank(), ring.size(), agreed.mine, agreed.failure, data);
   pass_records(ring, agreed.records, true, deadline);
   agreed.records.check(); // before any data is used
-  if (data.empty())
-    return;
-  if (ring.rank() != 0)
-    std::memcpy(data.data(), agreed.records.payload(0).data(), data.size());
-  for (std::size_t r = 1; r < ring.size(); ++r)
-    combine_bytes(op, type, data.data(), agreed.records.payload(r).data(), data.size());
+  reduce_gathered(agreed.records, ring.rank(), ring.size(), op, type, data);
 }
 
 /// ring_all_reduce, with the agreement first (`agreed`) or without.
@@ -141,8 +136,7 @@ void all_reduce(link& ring, const agreement* agreed, reduce_op op, dtype type,
   const auto world = ring.size();
   reduce_as_ring_does("ring_all_reduce", op, type, data, world,
                       [&](reduce_op combining, dtype element, std::span<std::uint8_t> bytes) {
-    const bool by_gather = (world - 1) * bytes.size() <= small_all_reduce_bytes
-                           || bytes.size() / size_of(element) < world;
+    const bool by_gather = all_reduce_gathers(world, bytes.size(), element);
     if (agreed != nullptr && world > 1 && by_gather) {
       agree_and_reduce_by_gather(ring, *agreed, combining, element, bytes, deadline);
       return;
@@ -157,6 +151,20 @@ void all_reduce(link& ring, const agreement* agreed, reduce_op op, dtype type,
 }
 
 } // namespace
+
+bool all_reduce_gathers(std::size_t world, std::size_t bytes, dtype element) {
+  return (world - 1) * bytes <= small_all_reduce_bytes || bytes / size_of(element) < world;
+}
+
+void reduce_gathered(const ring_records& records, std::size_t rank, std::size_t world,
+                     reduce_op op, dtype type, std::span<std::uint8_t> data) {
+  if (data.empty())
+    return;
+  if (rank != 0)
+    std::memcpy(data.data(), records.payload(0).data(), data.size());
+  for (std::size_t r = 1; r < world; ++r)
+    combine_bytes(op, type, data.data(), records.payload(r).data(), data.size());
+}
 
 void ring_agree(link& ring, ring_records& records, const collective_fingerprint& mine,
                 const std::exception_ptr& failure, link::time_point deadline) {

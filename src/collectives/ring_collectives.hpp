@@ -64,6 +64,19 @@ namespace lockstep::detail {
 /// The largest (world - 1) * bytes that takes the all-gather path.
 inline constexpr std::size_t small_all_reduce_bytes = 64 * 1024;
 
+/// Whether an all-reduce of `bytes` of `element`s among `world` ranks
+/// takes the all-gather path: every rank's buffer travels in the
+/// agreement's records and each rank combines them in rank order. The
+/// recursive-doubling all-reduce takes the same path for the same sizes
+/// (recursive_doubling.hpp), so both give the same bits there.
+bool all_reduce_gathers(std::size_t world, std::size_t bytes, dtype element);
+
+/// The all-gather path's reduction, once records.check() returned: `data`
+/// becomes rank 0's payload op rank 1's .. op rank world - 1's, combined
+/// in that order (`data` holds this rank's, `rank`'s payload).
+void reduce_gathered(const ring_records& records, std::size_t rank, std::size_t world,
+                     reduce_op op, dtype type, std::span<std::uint8_t> data);
+
 /// The reduce-scatter combines what it receives in chunks of this many
 /// bytes (a multiple of every element size).
 inline constexpr std::size_t ring_chunk_bytes = 256 * 1024;

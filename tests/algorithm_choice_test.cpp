@@ -1,0 +1,170 @@
+// algorithm_choice: the α-β costs of each algorithm against the closed
+// forms of docs/algorithms.md (powers of two and the fold), the choice as
+// the cheapest call on a grid of world sizes and bytes, the cases the
+// issue names (a 4-byte all-reduce on 64 workers goes to recursive
+// doubling, 64 MiB on 3 workers stays on the ring, 1 MiB on 16 workers
+// takes halving-doubling), and LOCKSTEP_ALGORITHM's parsing and errors.
+// Pure functions: suite 'unit'.
+
+#include "collectives/algorithm_choice.hpp"
+
+#include "test_support.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <string>
+
+using namespace lockstep;
+using namespace lockstep::detail;
+
+namespace {
+
+constexpr std::size_t mib = 1 << 20;
+
+/// 50 µs and 10 Gb/s: a cluster's TCP.
+constexpr link_costs tcp{.alpha_s = 50e-6, .beta_bytes_per_s = 1.25e9};
+
+void check_cost(collective_kind kind, algorithm a, std::size_t ranks, std::size_t bytes,
+                std::size_t steps, double critical_bytes) {
+  const auto cost = cost_of(kind, a, ranks, bytes);
+  INFO(to_string(kind), " ", to_string(a), " on ", ranks, " ranks, ", bytes, " bytes");
+  CHECK(cost.steps == steps);
+  CHECK(cost.bytes == critical_bytes);
+}
+
+} // namespace
+
+TEST_CASE("costs on a power of two are the closed forms") {
+  const std::size_t s = mib;
+  const double d = s;
+  check_cost(collective_kind::all_reduce, algorithm::ring, 8, s, 14, 2 * 7 * d / 8);
+  check_cost(collective_kind::all_reduce, algorithm::recursive_doubling, 8, s, 3, 3 * d);
+  check_cost(collective_kind::all_reduce, algorithm::halving_doubling, 8, s, 6, 2 * 7 * d / 8);
+  check_cost(collective_kind::all_gather, algorithm::ring, 8, s, 7, 7 * d / 8);
+  check_cost(collective_kind::all_gather, algorithm::recursive_doubling, 8, s, 3, 7 * d / 8);
+  check_cost(collective_kind::broadcast, algorithm::ring, 8, s, 7, 7 * d);
+  check_cost(collective_kind::broadcast, algorithm::binomial_tree, 8, s, 3, 3 * d);
+  // The ring's small path: (world - 1) * bytes <= 64 KiB passes whole buffers.
+  check_cost(collective_kind::all_reduce, algorithm::ring, 8, 4, 7, 7 * 4.0);
+}
+
+TEST_CASE("costs off a power of two add the fold") {
+  const std::size_t s = mib;
+  const double d = s;
+  // 5 = 4 + 1: rank 0 folds into rank 1 and takes the result back.
+  check_cost(collective_kind::all_reduce, algorithm::recursive_doubling, 5, s, 4, 4 * d);
+  check_cost(collective_kind::all_reduce, algorithm::halving_doubling, 5, s, 6,
+             2 * 3 * d / 4 + 2 * d);
+  check_cost(collective_kind::all_reduce, algorithm::ring, 5, s, 8, 8 * double((s + 4) / 5));
+  // Blocks of 1 MiB / 5 rounded up: the fold's block in, virtual rank 0
+  // (two ranks) swaps 2 then 3 blocks, the whole 5 blocks back.
+  const double block = (s + 4) / 5;
+  check_cost(collective_kind::all_gather, algorithm::recursive_doubling, 5, s, 4, 11 * block);
+  check_cost(collective_kind::broadcast, algorithm::binomial_tree, 5, s, 3, 3 * d);
+  check_cost(collective_kind::broadcast, algorithm::binomial_tree, 1024, s, 10, 10 * d);
+  check_cost(collective_kind::all_reduce, algorithm::ring, 1, s, 0, 0);
+}
+
+TEST_CASE("a call adds the agreement; small all-reduces carry their data in it") {
+  const double record = default_record_bytes;
+  // The ring's small path: one pass of the records with the data.
+  auto cost = call_cost(collective_kind::all_reduce, algorithm::ring, 64, 4);
+  CHECK(cost.steps == 63);
+  CHECK(cost.bytes == 63 * (4 + record));
+  // Recursive doubling's: one recursive-doubling gather of records with the data.
+  cost = call_cost(collective_kind::all_reduce, algorithm::recursive_doubling, 64, 4);
+  CHECK(cost.steps == 6);
+  CHECK(cost.bytes == 63 * (4 + record));
+  // Larger: the agreement, then the data.
+  cost = call_cost(collective_kind::all_reduce, algorithm::halving_doubling, 64, mib);
+  CHECK(cost.steps == 6 + 12);
+  CHECK(cost.bytes == 63 * record + 2 * 63 * double(mib / 64));
+  cost = call_cost(collective_kind::broadcast, algorithm::ring, 4, mib);
+  CHECK(cost.steps == 3 + 3);
+  CHECK(cost.bytes == 3 * record + 3 * double(mib));
+}
+
+TEST_CASE("an algorithm that cannot run a collective is refused") {
+  CHECK_THROWS_WITH_AS(cost_of(collective_kind::broadcast, algorithm::halving_doubling, 4, 8),
+                       "algorithm halving_doubling cannot run broadcast", value_error);
+  CHECK_THROWS_AS(cost_of(collective_kind::all_reduce, algorithm::binomial_tree, 4, 8),
+                  value_error);
+}
+
+TEST_CASE("the choice is the cheapest call, the same for the same inputs") {
+  for (const auto kind : {collective_kind::all_reduce, collective_kind::all_gather,
+                          collective_kind::broadcast, collective_kind::reduce_scatter})
+    for (std::size_t ranks = 1; ranks <= 70; ranks += ranks < 10 ? 1 : 7)
+      for (std::size_t bytes = 4; bytes <= 256 * mib; bytes *= 8) {
+        const auto chosen = choose_algorithm(kind, ranks, bytes, tcp);
+        const auto chosen_seconds = call_cost(kind, chosen, ranks, bytes).seconds(tcp);
+        for (const auto a : algorithms_for(kind)) {
+          INFO(to_string(kind), " on ", ranks, " ranks, ", bytes, " bytes: chose ",
+               to_string(chosen), " over ", to_string(a));
+          CHECK(chosen_seconds <= call_cost(kind, a, ranks, bytes).seconds(tcp));
+        }
+      }
+}
+
+TEST_CASE("small messages on many workers take recursive doubling, large ones the ring") {
+  CHECK(choose_algorithm(collective_kind::all_reduce, 64, 4, tcp) ==
+        algorithm::recursive_doubling);
+  CHECK(choose_algorithm(collective_kind::all_reduce, 3, 64 * mib, tcp) == algorithm::ring);
+  CHECK(choose_algorithm(collective_kind::all_reduce, 16, mib, tcp) ==
+        algorithm::halving_doubling);
+  CHECK(choose_algorithm(collective_kind::broadcast, 64, mib, tcp) == algorithm::binomial_tree);
+  CHECK(choose_algorithm(collective_kind::all_gather, 1024, 4096, tcp) ==
+        algorithm::recursive_doubling);
+  // Two ranks: every algorithm is one exchange; the ring is preferred.
+  CHECK(choose_algorithm(collective_kind::all_reduce, 2, 4, tcp) == algorithm::ring);
+  CHECK(choose_algorithm(collective_kind::broadcast, 2, mib, tcp) == algorithm::ring);
+}
+
+TEST_CASE("LOCKSTEP_ALGORITHM forces algorithms for all or some collectives") {
+  auto forced = parse_algorithm_override("ring");
+  for (const auto kind : {collective_kind::all_reduce, collective_kind::all_gather,
+                          collective_kind::broadcast, collective_kind::reduce_scatter})
+    CHECK(forced.for_kind(kind) == algorithm::ring);
+
+  // For all: the collectives it cannot run keep the choice.
+  forced = parse_algorithm_override("recursive_doubling");
+  CHECK(forced.for_kind(collective_kind::all_reduce) == algorithm::recursive_doubling);
+  CHECK(forced.for_kind(collective_kind::all_gather) == algorithm::recursive_doubling);
+  CHECK_FALSE(forced.for_kind(collective_kind::broadcast));
+  CHECK(pick_algorithm(collective_kind::broadcast, 64, mib, tcp, forced) ==
+        algorithm::binomial_tree);
+  CHECK(pick_algorithm(collective_kind::all_reduce, 3, 64 * mib, tcp, forced) ==
+        algorithm::recursive_doubling);
+
+  forced = parse_algorithm_override("broadcast=binomial_tree,all_reduce=halving_doubling");
+  CHECK(forced.for_kind(collective_kind::broadcast) == algorithm::binomial_tree);
+  CHECK(forced.for_kind(collective_kind::all_reduce) == algorithm::halving_doubling);
+  CHECK_FALSE(forced.for_kind(collective_kind::all_gather));
+
+  forced = parse_algorithm_override("ring,all_reduce=auto");
+  CHECK_FALSE(forced.for_kind(collective_kind::all_reduce));
+  CHECK(forced.for_kind(collective_kind::broadcast) == algorithm::ring);
+  CHECK_FALSE(parse_algorithm_override("").for_kind(collective_kind::all_reduce));
+  CHECK_FALSE(parse_algorithm_override("auto").for_kind(collective_kind::all_reduce));
+}
+
+TEST_CASE("LOCKSTEP_ALGORITHM's errors name what is wrong") {
+  const auto fails_with = [](const char* text, const std::string& why) {
+    INFO(text);
+    try {
+      parse_algorithm_override(text);
+      FAIL("no error");
+    } catch (const value_error& e) {
+      const std::string message = e.what();
+      CHECK_MESSAGE(message.find(why) != std::string::npos, message);
+      CHECK_MESSAGE(message.find("LOCKSTEP_ALGORITHM='" + std::string{text} + "'")
+                      != std::string::npos,
+                    message);
+    }
+  };
+  fails_with("tree", "no algorithm 'tree'");
+  fails_with("allreduce=ring", "no collective 'allreduce'");
+  fails_with("broadcast=halving_doubling", "halving_doubling cannot run broadcast");
+  fails_with("ring,", "no algorithm ''");
+  fails_with("all_reduce=", "no algorithm ''");
+}
