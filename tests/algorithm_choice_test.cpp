@@ -3,16 +3,22 @@
 // the cheapest call on a grid of world sizes and bytes, the cases the
 // issue names (a 4-byte all-reduce on 64 workers goes to recursive
 // doubling, 64 MiB on 3 workers stays on the ring, 1 MiB on 16 workers
-// takes halving-doubling), and LOCKSTEP_ALGORITHM's parsing and errors.
-// Pure functions: suite 'unit'.
+// takes halving-doubling), and LOCKSTEP_ALGORITHM's parsing and errors;
+// link_probe over the in-memory link (every rank gets rank 0's α and β)
+// and LOCKSTEP_LINK_COSTS's parsing. No actor system: suite 'unit'.
 
 #include "collectives/algorithm_choice.hpp"
+#include "collectives/link_probe.hpp"
 
+#include "memory_link.hpp"
 #include "test_support.hpp"
 
 #include "lockstep/error.hpp"
 
+#include <cmath>
 #include <string>
+#include <thread>
+#include <vector>
 
 using namespace lockstep;
 using namespace lockstep::detail;
@@ -84,6 +90,18 @@ TEST_CASE("a call adds the agreement; small all-reduces carry their data in it")
   CHECK(cost.bytes == 3 * record + 3 * double(mib));
 }
 
+TEST_CASE("with combining costed, two workers keep the ring for large buffers") {
+  // Both move S bytes; recursive doubling combines all of them, the ring half.
+  const link_costs loopback{.alpha_s = 10e-6, .beta_bytes_per_s = 4e9, .gamma_bytes_per_s = 8e9};
+  CHECK(cost_of(collective_kind::all_reduce, algorithm::ring, 2, mib).combined == mib / 2);
+  CHECK(cost_of(collective_kind::all_reduce, algorithm::recursive_doubling, 2, mib).combined ==
+        mib);
+  CHECK(choose_algorithm(collective_kind::all_reduce, 2, 64 * mib, loopback) == algorithm::ring);
+  // Without γ the plain α-β model prefers the one step.
+  CHECK(choose_algorithm(collective_kind::all_reduce, 2, 64 * mib, tcp) ==
+        algorithm::recursive_doubling);
+}
+
 TEST_CASE("an algorithm that cannot run a collective is refused") {
   CHECK_THROWS_WITH_AS(cost_of(collective_kind::broadcast, algorithm::halving_doubling, 4, 8),
                        "algorithm halving_doubling cannot run broadcast", value_error);
@@ -144,6 +162,10 @@ TEST_CASE("LOCKSTEP_ALGORITHM forces algorithms for all or some collectives") {
   forced = parse_algorithm_override("ring,all_reduce=auto");
   CHECK_FALSE(forced.for_kind(collective_kind::all_reduce));
   CHECK(forced.for_kind(collective_kind::broadcast) == algorithm::ring);
+  CHECK(to_string(forced) == "all_gather=ring,broadcast=ring,reduce_scatter=ring");
+  CHECK(to_string(parse_algorithm_override("recursive_doubling")) ==
+        "all_reduce=recursive_doubling,all_gather=recursive_doubling");
+  CHECK(to_string(parse_algorithm_override("")) == "auto");
   CHECK_FALSE(parse_algorithm_override("").for_kind(collective_kind::all_reduce));
   CHECK_FALSE(parse_algorithm_override("auto").for_kind(collective_kind::all_reduce));
 }
@@ -167,4 +189,51 @@ TEST_CASE("LOCKSTEP_ALGORITHM's errors name what is wrong") {
   fails_with("broadcast=halving_doubling", "halving_doubling cannot run broadcast");
   fails_with("ring,", "no algorithm ''");
   fails_with("all_reduce=", "no algorithm ''");
+}
+
+TEST_CASE("link_probe gives every rank rank 0's alpha and beta") {
+  using namespace std::chrono_literals;
+  for (const std::size_t world : {1, 2, 5}) {
+    CAPTURE(world);
+    lockstep::detail::test::memory_hub hub(world);
+    std::vector<link_costs> costs(world);
+    std::vector<std::thread> threads;
+    for (std::size_t r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        lockstep::detail::test::memory_link link(hub, r);
+        costs[r] = probe_link_costs(link, link.now() + 60s);
+      });
+    for (auto& t : threads)
+      t.join();
+    for (std::size_t r = 0; r < world; ++r) {
+      CHECK(costs[r].alpha_s == costs[0].alpha_s);
+      CHECK(costs[r].beta_bytes_per_s == costs[0].beta_bytes_per_s);
+      CHECK(costs[r].gamma_bytes_per_s == costs[0].gamma_bytes_per_s);
+    }
+    if (world == 1) {
+      CHECK(costs[0].alpha_s == 0);
+      CHECK(std::isinf(costs[0].beta_bytes_per_s));
+    } else {
+      CHECK(costs[0].gamma_bytes_per_s > 0);
+      CHECK(costs[0].alpha_s > 0);
+      CHECK(std::isfinite(costs[0].beta_bytes_per_s));
+      CHECK(costs[0].beta_bytes_per_s > 0);
+    }
+  }
+}
+
+TEST_CASE("LOCKSTEP_LINK_COSTS gives alpha in microseconds and beta in GB/s") {
+  const auto costs = parse_link_costs("30,2.5");
+  CHECK(costs.alpha_s == doctest::Approx(30e-6));
+  CHECK(costs.beta_bytes_per_s == doctest::Approx(2.5e9));
+  const auto with_gamma = parse_link_costs("30,2.5,8");
+  CHECK(with_gamma.gamma_bytes_per_s == doctest::Approx(8e9));
+  CHECK(costs.gamma_bytes_per_s == 0);
+  for (const char* text : {"30", "x,2", "30,", "0,1", "-1,2", "30,2.5,", "30,2.5,0", "30,inf",
+                           "30,2.5,8,1"}) {
+    CAPTURE(text);
+    CHECK_THROWS_AS(parse_link_costs(text), value_error);
+  }
+  CHECK_THROWS_WITH_AS(parse_link_costs("30"),
+                       doctest::Contains("LOCKSTEP_LINK_COSTS='30': no comma"), value_error);
 }

@@ -488,6 +488,25 @@ TEST_CASE("communication_options: bytes_per_pack keeps the results, the tag name
             == "communication_options: the timeout must be greater than 0 and at most 1e9 s, "
                "got 0 ms");
       CHECK_NOTHROW(check_still_reduces(s, n));
+
+      // An algorithm that no all-reduce runs; a real one is taken (within
+      // one process the replicas' shared memory ignores it).
+      message = error_of<value_error>([&] {
+        s.run([](replica_context& ctx) {
+          return ctx.all_reduce(reduce_op::sum, tensor::from<float>({1}),
+                                {.algorithm = "binomial_tree"});
+        });
+      });
+      CHECK(message
+            == "all_reduce: communication_options::algorithm 'binomial_tree' is no all-reduce "
+               "algorithm (ring, recursive_doubling, halving_doubling; empty for lockstep's "
+               "choice)");
+      const auto reduced = s.run([](replica_context& ctx) {
+        return ctx.all_reduce(reduce_op::sum, tensor::from<float>({2}),
+                              {.algorithm = "recursive_doubling"});
+      });
+      CHECK(reduced.values()[0].data<float>()[0] == static_cast<float>(2 * n));
+      CHECK_NOTHROW(check_still_reduces(s, n));
     }
 }
 
@@ -497,13 +516,14 @@ TEST_CASE("communication_options that the merge_call path cannot honour are refu
   auto s = merge_strategy(2);
   for (const auto& options : {communication_options{.bytes_per_pack = 64},
                               communication_options{.timeout = 1s},
-                              communication_options{.tag = "grads"}}) {
+                              communication_options{.tag = "grads"},
+                              communication_options{.algorithm = "ring"}}) {
     CHECK_THROWS_WITH_AS(
       s.run([&](replica_context& ctx) {
         (void) ctx.all_reduce(reduce_op::sum, tensor::from<float>({1}), options);
       }),
-      doctest::Contains("all_reduce: communication_options (bytes_per_pack, timeout, tag) apply "
-                        "where the replicas reduce among themselves (slice_all_reduce); "
+      doctest::Contains("all_reduce: communication_options (bytes_per_pack, timeout, tag, "
+                        "algorithm) apply where the replicas reduce among themselves (slice_all_reduce); "
                         "mirrored_strategy("),
       value_error);
     CHECK_THROWS_AS(s.run([&](replica_context& ctx) {

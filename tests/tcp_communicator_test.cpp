@@ -3,7 +3,8 @@
 // shared memory and the workers over a loopback ring, against closed-form
 // results; a failure on one rank failing the collective everywhere and
 // leaving the ring usable; a lost worker failing the others with
-// peer_lost_error, then and in every later collective; the flight
+// peer_lost_error, then and in every later collective; per-call
+// algorithms that differ, or need a mesh the ring has not; the flight
 // recorder's last 16 entries. One thread per replica, no actor system:
 // suite 'unit'.
 
@@ -116,6 +117,33 @@ TEST_CASE("a rank that cannot contribute fails the collective on every worker; t
     // The next collective works.
     std::vector<tensor> again{filled(g, 8, g % replicas)};
     comm.all_reduce(g, reduce_op::sum, again, again, {});
+    CHECK(again[0].data<float>()[1] == 4.0f + 60.0f);
+  });
+  for (const auto& e : errors)
+    CHECK(e == nullptr);
+}
+
+TEST_CASE("per-call algorithms: workers that choose differently are told in the agreement, and "
+          "one that needs a mesh the ring has not is refused on every worker; the ring goes on") {
+  cluster c;
+  const auto errors = c.run([](communicator& comm, std::size_t g) {
+    std::vector<tensor> data{filled(g, 8, g % replicas)};
+    collective_options options;
+    if (g / replicas == 1) // worker 1
+      options.algorithm = algorithm::recursive_doubling;
+    CHECK_THROWS_WITH_AS(comm.all_reduce(g, reduce_op::sum, data, data, options),
+                         doctest::Contains("workers chose different algorithms: worker 0 none, "
+                                           "worker 1 recursive_doubling"),
+                         value_error);
+    options.algorithm = algorithm::halving_doubling; // on every worker
+    CHECK_THROWS_WITH_AS(comm.all_reduce(g, reduce_op::sum, data, data, options),
+                         doctest::Contains("algorithm halving_doubling (all_reduce #2 sum "
+                                           "float32 [8] by halving_doubling) needs a connection "
+                                           "to every worker"),
+                         value_error);
+    std::vector<tensor> again{filled(g, 8, g % replicas)};
+    options.algorithm = algorithm::ring;
+    comm.all_reduce(g, reduce_op::sum, again, again, options);
     CHECK(again[0].data<float>()[1] == 4.0f + 60.0f);
   });
   for (const auto& e : errors)

@@ -62,6 +62,14 @@ struct communication_options {
   /// Names the collective in mismatch and stall errors and in the flight
   /// recorder; every replica must pass the same tag.
   std::string tag;
+  /// The algorithm between workers for this all-reduce (TF's
+  /// `implementation`, with lockstep's algorithms): "ring",
+  /// "recursive_doubling" or "halving_doubling" (docs/algorithms.md);
+  /// empty: LOCKSTEP_ALGORITHM's, else the one the cost model chooses for
+  /// the size and the number of workers. Every replica must pass the same.
+  /// Communicators with one algorithm (shared memory within a host, MPI)
+  /// ignore it.
+  std::string algorithm;
 };
 
 /// TF's ReplicaContext: what a replica function sees of its strategy. Valid

@@ -50,6 +50,7 @@ algorithm_cost doubling_gather(std::size_t ranks, double unit) {
 algorithm_cost operator+(algorithm_cost a, const algorithm_cost& b) {
   a.steps += b.steps;
   a.bytes += b.bytes;
+  a.combined += b.combined;
   return a;
 }
 
@@ -60,18 +61,6 @@ bool ring_small_path(std::size_t ranks, std::size_t bytes) {
 [[noreturn]] void cannot_run(collective_kind kind, algorithm a) {
   throw value_error("algorithm " + std::string{to_string(a)} + " cannot run "
                     + std::string{to_string(kind)});
-}
-
-std::optional<algorithm> algorithm_named(std::string_view name) {
-  for (std::size_t i = 0; i < algorithm_count; ++i)
-    if (algorithm_names[i] == name)
-      return static_cast<algorithm>(i);
-  return std::nullopt;
-}
-
-bool runs(collective_kind kind, algorithm a) {
-  const auto list = algorithms_for(kind);
-  return std::find(list.begin(), list.end(), a) != list.end();
 }
 
 std::string names_list() {
@@ -89,6 +78,18 @@ std::string_view to_string(collective_kind kind) noexcept {
 
 std::string_view to_string(algorithm a) noexcept {
   return algorithm_names[static_cast<std::size_t>(a)];
+}
+
+std::optional<algorithm> algorithm_named(std::string_view name) {
+  for (std::size_t i = 0; i < algorithm_count; ++i)
+    if (algorithm_names[i] == name)
+      return static_cast<algorithm>(i);
+  return std::nullopt;
+}
+
+bool runs(collective_kind kind, algorithm a) {
+  const auto list = algorithms_for(kind);
+  return std::find(list.begin(), list.end(), a) != list.end();
 }
 
 std::span<const algorithm> algorithms_for(collective_kind kind) noexcept {
@@ -117,16 +118,21 @@ algorithm_cost cost_of(collective_kind kind, algorithm a, std::size_t ranks, std
   const auto fold = core.extra > 0 ? std::size_t{2} : std::size_t{0};
   switch (kind) {
     case collective_kind::reduce_scatter: // the ring's all-reduce of the input, then a copy
-    case collective_kind::all_reduce:
+    case collective_kind::all_reduce: {
+      const auto folded = fold > 0 ? size : 0.0; // the fold combines one buffer
       if (a == algorithm::recursive_doubling)
-        return {levels + fold, static_cast<double>(levels + fold) * size};
-      if (a == algorithm::halving_doubling)
-        return {2 * levels + fold, 2 * static_cast<double>(core.core - 1)
-                                       * ceil_div(bytes, core.core)
-                                     + static_cast<double>(fold) * size};
+        return {levels + fold, static_cast<double>(levels + fold) * size,
+                static_cast<double>(levels) * size + folded};
+      if (a == algorithm::halving_doubling) {
+        const auto halves = static_cast<double>(core.core - 1) * ceil_div(bytes, core.core);
+        return {2 * levels + fold, 2 * halves + static_cast<double>(fold) * size,
+                halves + folded};
+      }
       if (ring_small_path(ranks, bytes))
-        return {ranks - 1, (n - 1) * size};
-      return {2 * (ranks - 1), 2 * (n - 1) * ceil_div(bytes, ranks)};
+        return {ranks - 1, (n - 1) * size, (n - 1) * size};
+      const auto segments = (n - 1) * ceil_div(bytes, ranks);
+      return {2 * (ranks - 1), 2 * segments, segments};
+    }
     case collective_kind::all_gather:
       if (a == algorithm::recursive_doubling)
         return doubling_gather(ranks, ceil_div(bytes, ranks));
@@ -150,12 +156,15 @@ algorithm_cost call_cost(collective_kind kind, algorithm a, std::size_t ranks, s
   const bool all_reduce_like =
     kind == collective_kind::all_reduce || kind == collective_kind::reduce_scatter;
   const bool gathers = all_reduce_like && ring_small_path(ranks, bytes);
-  if (a == algorithm::recursive_doubling && gathers) // the data rides in the records
-    return doubling_gather(ranks, record + static_cast<double>(bytes));
+  if (a == algorithm::recursive_doubling && gathers) { // the data rides in the records
+    auto cost = doubling_gather(ranks, record + static_cast<double>(bytes));
+    cost.combined = static_cast<double>(ranks - 1) * static_cast<double>(bytes);
+    return cost;
+  }
   if (a != algorithm::ring)
     return doubling_gather(ranks, record) + data; // peer_agree, then the data
   if (gathers) // the data rides in the records around the ring
-    return {data.steps, data.bytes + static_cast<double>(ranks - 1) * record};
+    return {data.steps, data.bytes + static_cast<double>(ranks - 1) * record, data.combined};
   return algorithm_cost{ranks - 1, static_cast<double>(ranks - 1) * record} + data;
 }
 
@@ -215,6 +224,15 @@ algorithm_override parse_algorithm_override(std::string_view text) {
     result.forced[static_cast<std::size_t>(k)] = chosen;
   }
   return result;
+}
+
+std::string to_string(const algorithm_override& forced) {
+  std::string text;
+  for (std::size_t k = 0; k < collective_kinds; ++k)
+    if (forced.forced[k])
+      text += (text.empty() ? "" : ",") + std::string{kind_names[k]} + "="
+              + std::string{to_string(*forced.forced[k])};
+  return text.empty() ? "auto" : text;
 }
 
 algorithm pick_algorithm(collective_kind kind, std::size_t ranks, std::size_t bytes,

@@ -7,7 +7,11 @@
 // steps × α plus its critical bytes ÷ β, the critical bytes being the sum
 // over its steps of the step's largest message (for the symmetric
 // algorithms, the bytes on the busiest link; for the ring broadcast and
-// the tree, the chain of sends). The choice adds the agreement that
+// the tree, the chain of sends). Where ranks combine at the speed they
+// send (loopback, shared hosts) the bytes each combines count too, at γ
+// (the α-β-γ model of Thakur, Rabenseifner and Gropp 2005), so that two
+// algorithms that move the same bytes are told apart by the combining
+// they cost. The choice adds the agreement that
 // every collective between workers starts with (the ring's around the
 // ring, the others' by recursive doubling; the ring's small all-reduce
 // and the recursive-doubling all-reduce carry their data in it), and
@@ -40,25 +44,37 @@ inline constexpr std::size_t algorithm_count = 4;
 std::string_view to_string(collective_kind kind) noexcept;
 std::string_view to_string(algorithm a) noexcept;
 
-/// α and β of the links between ranks.
+/// α and β of the links between ranks, and γ, what combining costs.
 struct link_costs {
   double alpha_s = 0;            ///< seconds per message (latency)
   double beta_bytes_per_s = 0;   ///< bytes per second of one link
+  /// Bytes per second a rank combines (a float32 SUM); 0: free, the plain
+  /// α-β model (the simulated cluster's, whose clock does not see it).
+  double gamma_bytes_per_s = 0;
 };
 
-/// An algorithm's steps and critical bytes (the file comment).
+/// An algorithm's steps, critical bytes and the bytes combined on its
+/// critical path (the file comment).
 struct algorithm_cost {
   std::size_t steps = 0;
   double bytes = 0;
+  double combined = 0;
 
   double seconds(const link_costs& link) const {
-    return static_cast<double>(steps) * link.alpha_s + bytes / link.beta_bytes_per_s;
+    return static_cast<double>(steps) * link.alpha_s + bytes / link.beta_bytes_per_s
+           + (link.gamma_bytes_per_s > 0 ? combined / link.gamma_bytes_per_s : 0.0);
   }
 };
 
 /// The algorithms that can run `kind`, in the order the choice prefers
 /// them on equal cost.
 std::span<const algorithm> algorithms_for(collective_kind kind) noexcept;
+
+/// The algorithm of that name ("ring", ..); none for another text.
+std::optional<algorithm> algorithm_named(std::string_view name);
+
+/// Whether `a` can run `kind` (one of algorithms_for(kind)).
+bool runs(collective_kind kind, algorithm a);
 
 /// What `a` alone costs for `kind` on `ranks` ranks: `bytes` per rank for
 /// an all-reduce and a broadcast, the whole buffer (all blocks) for an
@@ -93,6 +109,11 @@ struct algorithm_override {
 
 /// Parses LOCKSTEP_ALGORITHM's text; value_error naming what is wrong.
 algorithm_override parse_algorithm_override(std::string_view text);
+
+/// The canonical text of `forced`: "auto" when nothing is forced, else
+/// "kind=algorithm" pairs in the order of collective_kind ("all_reduce=
+/// ring,broadcast=ring"), so that workers compare what they mean.
+std::string to_string(const algorithm_override& forced);
 
 /// The algorithm a call runs: the override's, else the choice.
 algorithm pick_algorithm(collective_kind kind, std::size_t ranks, std::size_t bytes,

@@ -27,6 +27,8 @@ std::string collective_fingerprint::details(bool with_bytes) const {
     text += " " + std::to_string(bytes()) + " B";
   if (!tag.empty())
     text += " tag '" + tag + "'";
+  if (!algorithm.empty())
+    text += " by " + algorithm;
   return text;
 }
 
@@ -74,6 +76,10 @@ std::exception_ptr mismatch_error(std::span<const collective_fingerprint* const>
                : "cannot reduce across " + plural + ": the shapes of " + rank_name(0)
                      + "'s tensors differ from " + rank_name(other) + "'s";
     kind = shape;
+  } else if (differs([](const auto& f) { return f.algorithm; })) {
+    lead = plural + " chose different algorithms: " + rank_name(0) + " "
+           + (first.algorithm.empty() ? "none" : first.algorithm) + ", " + rank_name(other) + " "
+           + (odd().algorithm.empty() ? "none" : odd().algorithm);
   } else if (differs([](const auto& f) { return f.inline_data; })
              || differs([](const auto& f) { return f.slice; })) {
     lead = plural + " issued the same collective with different chunk sizes, so some "

@@ -53,6 +53,10 @@ struct collective_fingerprint {
   /// Elements per claimed slice (allreduce_slices), which depends on the
   /// chunk size; 0 where there are none. It must be the same on every rank.
   std::size_t slice = 0;
+  /// The algorithm between workers (algorithm_choice.hpp), where the
+  /// communicator chooses one per call; empty elsewhere. Ranks that chose
+  /// differently (a per-call choice that differs) are told so.
+  std::string algorithm;
 
   /// The bytes of one rank's data: elements of `shape` times the dtype size.
   std::size_t bytes() const;

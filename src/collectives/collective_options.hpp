@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 
+#include "collectives/algorithm_choice.hpp"
 #include "lockstep/pack_options.hpp"
 
 namespace lockstep::detail {
@@ -38,6 +40,10 @@ struct collective_options {
   /// collective failed): it still meets the others, and the collective
   /// fails on every rank with this error instead of hanging the others.
   std::exception_ptr failure;
+  /// The algorithm between workers for this call (communication_options::
+  /// algorithm); unset: LOCKSTEP_ALGORITHM's, else the cost model's choice.
+  /// Communicators with one algorithm (shared memory, MPI) ignore it.
+  std::optional<detail::algorithm> algorithm;
 };
 
 } // namespace lockstep::detail

@@ -1,6 +1,8 @@
 #include "collectives/peer_agreement.hpp"
 
+#include "collectives/byte_reduction.hpp"
 #include "collectives/power_of_two_core.hpp"
+#include "collectives/ring_collectives.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/little_endian.hpp"
 
@@ -92,6 +94,26 @@ void peer_agree(link& group, ring_records& records, const collective_fingerprint
           group.send(rank - 1, records.frame(r), deadline);
   }
   records.check();
+}
+
+void peer_agreed_all_reduce(link& group, ring_records& records,
+                            const collective_fingerprint& mine, const std::exception_ptr& failure,
+                            reduce_op op, dtype type, std::span<std::uint8_t> data,
+                            link::time_point deadline,
+                            const std::function<void(reduce_op, dtype, std::span<std::uint8_t>)>&
+                              reduce) {
+  reduce_as_ring_does("all_reduce", op, type, data, group.size(),
+                      [&](reduce_op combining, dtype element, std::span<std::uint8_t> bytes) {
+                        const auto world = group.size();
+                        if (world > 1 && all_reduce_gathers(world, bytes.size(), element)) {
+                          peer_agree(group, records, mine, failure, bytes, deadline);
+                          reduce_gathered(records, group.rank(), world, combining, element,
+                                          bytes);
+                          return;
+                        }
+                        peer_agree(group, records, mine, failure, deadline);
+                        reduce(combining, element, bytes);
+                      });
 }
 
 } // namespace lockstep::detail

@@ -49,14 +49,16 @@ struct field_writer {
                                       f.batch_shapes, f.epoch, std::uint64_t{f.inline_data},
                                       std::uint64_t{f.slice}})
       u64(value);
+    text(f.algorithm);
     return at;
   }
 };
 
-/// What field_writer::fingerprint writes for `f`: 14 numbers, the dimensions and
-/// the three texts.
+/// What field_writer::fingerprint writes for `f`: 15 numbers, the dimensions and
+/// the four texts.
 std::size_t fingerprint_bytes(const collective_fingerprint& f) {
-  return 8 * (14 + f.shape.size()) + f.op.size() + f.reduction.size() + f.tag.size();
+  return 8 * (15 + f.shape.size()) + f.op.size() + f.reduction.size() + f.tag.size()
+         + f.algorithm.size();
 }
 
 /// Reads what put_* wrote; a record that ends early is a protocol error.
@@ -105,6 +107,7 @@ collective_fingerprint get_fingerprint(reader& r) {
   f.epoch = r.u64();
   f.inline_data = r.u64() != 0;
   f.slice = r.u64();
+  f.algorithm = r.text();
   return f;
 }
 

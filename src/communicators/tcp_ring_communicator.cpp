@@ -1,17 +1,30 @@
 #include "communicators/tcp_ring_communicator.hpp"
 
 #include "collectives/allreduce_slices.hpp"
+#include "collectives/link_probe.hpp"
 #include "collectives/ring_collectives.hpp"
 #include "collectives/tensor_bytes.hpp"
 #include "collectives/worker_timeout.hpp"
 #include "runtime/error_text.hpp"
+#include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace lockstep::detail {
+
+namespace {
+
+/// The fingerprint's name of `a`: empty for the ring (every worker's
+/// default), so that ranks whose choices differ are told.
+std::string named(algorithm a) {
+  return a == algorithm::ring ? std::string{} : std::string{to_string(a)};
+}
+
+} // namespace
 
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
                                              std::shared_ptr<boost::asio::io_context> context)
@@ -20,6 +33,36 @@ tcp_ring_communicator::tcp_ring_communicator(ring_links links,
     link_(std::move(links)),
     session_("tcp_ring", link_.rank(), link_.size(), worker_, "the ring of workers") {
   records_.name_workers(link_.connections().workers);
+  const char* forced = std::getenv("LOCKSTEP_ALGORITHM");
+  forced_ = parse_algorithm_override(forced != nullptr ? forced : "");
+  const char* costs = std::getenv("LOCKSTEP_LINK_COSTS");
+  if (costs != nullptr && *costs != '\0')
+    costs_ = parse_link_costs(costs);
+}
+
+worker_links tcp_ring_communicator::links() noexcept {
+  return {link_, nullptr};
+}
+
+algorithm tcp_ring_communicator::algorithm_for(collective_kind kind, std::size_t bytes,
+                                               const collective_options& options) const {
+  if (options.algorithm && runs(kind, *options.algorithm))
+    return *options.algorithm;
+  if (const auto a = forced_.for_kind(kind))
+    return *a;
+  if (!costs_)
+    return algorithm::ring;
+  return choose_algorithm(kind, size(), bytes, *costs_);
+}
+
+link_costs tcp_ring_communicator::probe_links(std::chrono::milliseconds timeout) {
+  if (costs_)
+    return *costs_;
+  auto* mesh = links().mesh;
+  if (mesh == nullptr)
+    return {};
+  costs_ = probe_link_costs(*mesh, mesh->now() + timeout);
+  return *costs_;
 }
 
 void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
@@ -76,6 +119,15 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
       rethrow(broken_);
   }
   session_.begin(f.seq);
+  timeline_scope span{timeline_on() ? timeline_track(track_kind::process, 1, "between workers")
+                                    : 0,
+                      "collective", "workers"};
+  if (span.active()) {
+    timeline_args::copy(span.args.label, f.op);
+    timeline_args::copy(span.args.algorithm, f.algorithm.empty() ? "ring" : f.algorithm);
+    span.args.seq = static_cast<std::int64_t>(f.seq);
+    span.args.bytes = static_cast<std::int64_t>(f.bytes());
+  }
   const auto record = [&](const char* outcome) { session_.end(f, outcome); };
   const auto broke = [&](const std::string& why) {
     link_.shut_down(); // the neighbours fail at once instead of at their deadlines
@@ -168,10 +220,13 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
     }
     const auto run_seq = options.seq != 0 ? seq : seq++; // caller-numbered: one number
     auto f = all_reduce_fingerprint(run_seq, op, inputs, first, last, batch, options);
+    const auto a = algorithm_for(collective_kind::all_reduce, total, options);
+    f.algorithm = named(a);
     run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                          link::time_point deadline) {
+      const auto type = inputs[first].dtype();
       if (total == 0) { // nothing to move (and memcpy must not see a null buffer)
-        ring_agree(link_, records_, mine, options.failure, deadline);
+        worker_all_reduce(a, links(), records_, mine, options.failure, op, type, {}, deadline);
         return;
       }
       if (last - first == 1) { // one tensor: reduced in its output, no packing
@@ -179,15 +234,13 @@ void tcp_ring_communicator::all_reduce(std::size_t rank, reduce_op op,
         const auto in = bytes_of(inputs[first]);
         if (in.data() != out.data())
           std::memcpy(out.data(), in.data(), in.size());
-        ring_all_reduce(link_, records_, mine, options.failure, op, inputs[first].dtype(), out,
-                        deadline);
+        worker_all_reduce(a, links(), records_, mine, options.failure, op, type, out, deadline);
         return;
       }
       bytes buffer(total);
       auto* pack = reinterpret_cast<std::byte*>(buffer.data());
       read_pack(inputs.subspan(first, last - first), 0, pack, total);
-      ring_all_reduce(link_, records_, mine, options.failure, op, inputs[first].dtype(), buffer,
-                      deadline);
+      worker_all_reduce(a, links(), records_, mine, options.failure, op, type, buffer, deadline);
       write_pack(outputs.subspan(first, last - first), 0, pack, total);
     });
     first = last;
@@ -214,25 +267,32 @@ void tcp_ring_communicator::all_gather(std::size_t rank, const tensor& input, te
                                        const collective_options& options) {
   auto f = all_gather_fingerprint("tcp_ring", link_.size(), session_.number(rank, options),
                                   input, output, options);
+  const auto a = algorithm_for(collective_kind::all_gather, output.byte_size(), options);
+  f.algorithm = named(a);
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                        link::time_point deadline) {
-    ring_agree(link_, records_, mine, options.failure, deadline);
     auto out = bytes_of(output);
     if (input.byte_size() > 0)
       std::memcpy(out.data() + rank * input.byte_size(), bytes_of(input).data(),
                   input.byte_size());
-    ring_all_gather(link_, out, deadline);
+    worker_all_gather(a, links(), records_, mine, options.failure, out, deadline);
   });
 }
 
 void tcp_ring_communicator::broadcast(std::size_t rank, std::size_t root, std::span<tensor> buffers,
                                       const collective_options& options) {
   auto f = broadcast_fingerprint(session_.number(rank, options), root, buffers, options);
+  std::size_t total = 0;
+  std::vector<std::span<std::uint8_t>> data;
+  for (auto& buffer : buffers) {
+    total += buffer.byte_size();
+    data.push_back(bytes_of(buffer));
+  }
+  const auto a = algorithm_for(collective_kind::broadcast, total, options);
+  f.algorithm = named(a);
   run(rank, std::move(f), options, [&](const collective_fingerprint& mine,
                                        link::time_point deadline) {
-    ring_agree(link_, records_, mine, options.failure, deadline);
-    for (auto& buffer : buffers)
-      ring_broadcast(link_, root, bytes_of(buffer), deadline);
+    worker_broadcast(a, links(), records_, mine, options.failure, root, data, deadline);
   });
 }
 

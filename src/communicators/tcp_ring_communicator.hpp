@@ -32,13 +32,16 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "collectives/algorithm_choice.hpp"
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/communicator.hpp"
 #include "collectives/ring_records.hpp"
 #include "collectives/worker_session.hpp"
+#include "collectives/worker_collectives.hpp"
 #include "collectives/worker_timeout.hpp"
 #include "runtime/error_value.hpp"
 #include "transport/tcp/tcp_link.hpp"
@@ -94,6 +97,20 @@ public:
   /// lost worker rather than the neighbour that closed its link.
   void await_explanations(std::chrono::milliseconds grace) noexcept;
 
+  /// The algorithm of each call between the workers (algorithm_choice.hpp):
+  /// the call's (collective_options::algorithm, for an all-reduce), else
+  /// LOCKSTEP_ALGORITHM's (read at construction), else the cheapest under
+  /// the link costs (LOCKSTEP_LINK_COSTS, else probe_links); the ring where
+  /// the workers have no mesh or no costs yet.
+  algorithm algorithm_for(collective_kind kind, std::size_t bytes,
+                          const collective_options& options) const;
+
+  /// Measures α and β over the mesh (link_probe.hpp) unless
+  /// LOCKSTEP_LINK_COSTS gave them, so that algorithm_for chooses: every
+  /// worker calls it once, at the same point, before the program's
+  /// collectives. Throws the links' errors (the ring is then broken).
+  link_costs probe_links(std::chrono::milliseconds timeout);
+
   std::string name() const override;
   std::size_t size() const noexcept override;
   collective_session& session() noexcept override;
@@ -123,6 +140,9 @@ private:
   error_value explain_timeout(const collective_fingerprint& f, std::chrono::milliseconds timeout,
                               const std::string& stalled) const;
 
+  /// The links a collective runs on: the ring's and the mesh, if any.
+  worker_links links() noexcept;
+
   std::shared_ptr<boost::asio::io_context> context_; // destroyed after the link
   std::size_t worker_; // this worker's number in the cluster (not its ring position)
   tcp_link link_;
@@ -135,6 +155,8 @@ private:
   std::chrono::milliseconds report_delay_{0};
   progress_question ask_;     // set before the first collective
   failure_notice tell_;
+  algorithm_override forced_;          // LOCKSTEP_ALGORITHM, read at construction
+  std::optional<link_costs> costs_;    // given or measured (probe_links)
 };
 
 } // namespace lockstep::detail

@@ -6,6 +6,8 @@
 #include "strategies/cluster_worker.hpp"
 
 #include "cluster_resolver/cluster_token.hpp"
+#include "collectives/algorithm_choice.hpp"
+#include "collectives/link_probe.hpp"
 #include "cluster_resolver/task_names.hpp"
 #include "cross_device_ops/cluster_all_reduce.hpp"
 #include "devices/local_task.hpp"
@@ -77,9 +79,21 @@ private:
 /// before: a worker of another one cannot be read.)
 std::vector<agreed_setting> agreed_settings(std::size_t local_replicas, bool mpi,
                                             const multi_worker_options& options) {
-  std::vector<agreed_setting> settings{{"lockstep version", std::string(version)},
-                                       {"replicas per worker", std::to_string(local_replicas)},
-                                       {"collectives between workers", mpi ? "mpi" : "lockstep"}};
+  // LOCKSTEP_ALGORITHM and LOCKSTEP_LINK_COSTS are read by the ring's
+  // communicator; checked here, before the rendezvous, and agreed, since
+  // workers that choose differently could not meet in a collective.
+  const char* algorithms = std::getenv("LOCKSTEP_ALGORITHM");
+  const char* link_costs = std::getenv("LOCKSTEP_LINK_COSTS");
+  const bool costs_given = link_costs != nullptr && *link_costs != '\0';
+  if (costs_given)
+    parse_link_costs(link_costs);
+  std::vector<agreed_setting> settings{
+    {"lockstep version", std::string(version)},
+    {"replicas per worker", std::to_string(local_replicas)},
+    {"collectives between workers", mpi ? "mpi" : "lockstep"},
+    {"algorithm between workers",
+     to_string(parse_algorithm_override(algorithms != nullptr ? algorithms : ""))},
+    {"link costs between workers", costs_given ? std::string{link_costs} : "measured"}};
   const auto own = settings.size();
   for (const auto& [name, value] : options.agreed_settings) {
     for (std::size_t i = 0; i < own; ++i)

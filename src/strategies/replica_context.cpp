@@ -1,5 +1,6 @@
 #include "lockstep/replica_context.hpp"
 
+#include "collectives/algorithm_choice.hpp"
 #include "strategies/public_state.hpp"
 #include "replication/thread_mode.hpp"
 #include "runtime/timeline.hpp"
@@ -38,13 +39,27 @@ bool on_replica_threads(replica_context& ctx) {
 /// own settings, so options that only the replicas' own collectives honour
 /// are refused, not ignored.
 void refuse_merge_path_options(const replica_context& ctx, const communication_options& options) {
-  if (!options.bytes_per_pack && !options.timeout && options.tag.empty())
+  if (!options.bytes_per_pack && !options.timeout && options.tag.empty()
+      && options.algorithm.empty())
     return;
   auto& state = ctx.state();
-  throw value_error("all_reduce: communication_options (bytes_per_pack, timeout, tag) apply "
+  throw value_error("all_reduce: communication_options (bytes_per_pack, timeout, tag, algorithm) apply "
                     "where the replicas reduce among themselves (slice_all_reduce); "
                     + state.name() + " reduces with " + state.ops->name()
                     + " through merge_call, which cannot honour them");
+}
+
+/// communication_options::algorithm's algorithm (unset when empty);
+/// value_error for a name that is no all-reduce algorithm.
+std::optional<detail::algorithm> requested_algorithm(const std::string& name) {
+  if (name.empty())
+    return std::nullopt;
+  const auto a = detail::algorithm_named(name);
+  if (!a || !detail::runs(detail::collective_kind::all_reduce, *a))
+    throw value_error("all_reduce: communication_options::algorithm '" + name
+                      + "' is no all-reduce algorithm (ring, recursive_doubling, "
+                        "halving_doubling; empty for lockstep's choice)");
+  return a;
 }
 
 } // namespace
@@ -118,7 +133,8 @@ std::vector<tensor> replica_context::all_reduce_on_replicas(reduce_op op,
     .epoch = channel_->collective_epoch(),
     .packing = options.bytes_per_pack
                  ? pack_options{.bytes_per_pack = *options.bytes_per_pack, .num_packs = 0}
-                 : collectives.defaults.packing};
+                 : collectives.defaults.packing,
+    .algorithm = requested_algorithm(options.algorithm)};
   const auto rank = state_->topology.global_replica_id(replica_id_);
   detail::timeline_scope span{
     detail::timeline_on() ? detail::timeline_track(detail::track_kind::replica, rank) : 0,

@@ -1,0 +1,61 @@
+#pragma once
+
+// worker_collectives: a collective between workers by the algorithm a
+// call chose (algorithm_choice.hpp), over the links the workers hold: the
+// ring's (tcp_link: next and previous rank) and, where the workers
+// connected one, the mesh (a link to every rank). With a mesh every
+// collective agrees by recursive doubling (peer_agree) whatever its
+// algorithm, so ranks whose choices differ meet in the same agreement and
+// are told (the fingerprint names the algorithm); a small all-reduce
+// rides in that agreement's records (peer_agreed_all_reduce); the data
+// then moves by the chosen algorithm, the ring's on the ring's links.
+// Without a mesh (one worker, or none connected) everything is the ring's,
+// agreement included. Every function is called by every rank of the
+// group with the same algorithm; each throws the same error on every rank
+// when the ranks disagree, and the links' errors otherwise.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+
+#include "collectives/algorithm_choice.hpp"
+#include "collectives/collective_fingerprint.hpp"
+#include "collectives/ring_records.hpp"
+#include "lockstep/dtype.hpp"
+#include "lockstep/reduce_op.hpp"
+#include "transport/link.hpp"
+
+namespace lockstep::detail {
+
+struct worker_links {
+  link& ring;          ///< the ring's: the next and the previous rank
+  link* mesh = nullptr; ///< any rank; null: none
+};
+
+/// The agreement alone (a collective with nothing to move).
+void worker_agree(const worker_links& links, ring_records& records,
+                  const collective_fingerprint& mine, const std::exception_ptr& failure,
+                  link::time_point deadline);
+
+/// Reduces `data` (elements of `type`) in place by `a` (ring,
+/// recursive_doubling or halving_doubling; without a mesh, the ring).
+void worker_all_reduce(algorithm a, const worker_links& links, ring_records& records,
+                       const collective_fingerprint& mine, const std::exception_ptr& failure,
+                       reduce_op op, dtype type, std::span<std::uint8_t> data,
+                       link::time_point deadline);
+
+/// `data` holds world blocks of equal size, block `rank` this rank's; the
+/// others are filled by `a` (ring or recursive_doubling).
+void worker_all_gather(algorithm a, const worker_links& links, ring_records& records,
+                       const collective_fingerprint& mine, const std::exception_ptr& failure,
+                       std::span<std::uint8_t> data, link::time_point deadline);
+
+/// Every rank's `buffers` receive rank `root`'s, by `a` (ring or
+/// binomial_tree), one buffer after another.
+void worker_broadcast(algorithm a, const worker_links& links, ring_records& records,
+                      const collective_fingerprint& mine, const std::exception_ptr& failure,
+                      std::size_t root, std::span<const std::span<std::uint8_t>> buffers,
+                      link::time_point deadline);
+
+} // namespace lockstep::detail
