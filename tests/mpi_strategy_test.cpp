@@ -27,6 +27,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -294,6 +295,35 @@ TEST_CASE("a rank killed mid-collective under lockstep-run --mpi ends the job wi
     // lockstep-run, mpirun and every rank carry the tag.
     CHECK(processes_with(tag).empty());
   }
+}
+
+TEST_CASE("lockstep-run --mpi killed by SIGKILL: mpirun and every rank die with it") {
+  temp_folder folder;
+  const auto tag = "LOCKSTEP_MPI_TEST_JOB=sigkill-" + std::to_string(::getpid());
+  // Each rank reads the token through the path it is given (lockstep-run's
+  // descriptor, as the library does), says so, and waits.
+  const std::string script = R"(echo "token of $(wc -c < "$LOCKSTEP_CLUSTER_TOKEN_FILE") bytes";
+    echo "ready"; exec sleep 60)";
+  std::vector<process> launcher{
+    start_lockstep_run(folder, {"-n", "2", "--mpi", "sh", "-c", script}, {tag}, "run.txt")};
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (count_of(launcher[0].text(), "] ready") < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  REQUIRE_MESSAGE(count_of(launcher[0].text(), "] ready") == 2, launcher[0].text());
+  REQUIRE(processes_with(tag).size() == 4); // lockstep-run, mpirun and 2 ranks
+  REQUIRE(::kill(launcher[0].pid, SIGKILL) == 0);
+  wait_all(launcher, 10s);
+  const auto text = launcher[0].text();
+  INFO(text);
+  CHECK(text.find("[0] token of 64 bytes") != std::string::npos);
+  CHECK(text.find("[1] token of 64 bytes") != std::string::npos);
+  const auto gone_by = std::chrono::steady_clock::now() + 10s;
+  while (!processes_with(tag).empty() && std::chrono::steady_clock::now() < gone_by)
+    std::this_thread::sleep_for(20ms);
+  const auto left = processes_with(tag);
+  CHECK_MESSAGE(left.empty(), left.size() << " process(es) of the job outlived lockstep-run");
+  for (const auto pid : left)
+    ::kill(pid, SIGKILL);
 }
 
 TEST_CASE("lockstep-run --mpi without Open MPI's mpirun is a clear error, and starts nothing") {

@@ -38,7 +38,10 @@
 // that outlive mpirun are killed (lockstep-run is their subreaper).
 // SIGINT, SIGTERM and SIGHUP go to mpirun, which stops the ranks; SIGUSR1
 // goes to mpirun, which passes it on to every rank. Should lockstep-run be
-// killed outright (SIGKILL), mpirun dies with it, but its ranks do not.
+// killed outright (SIGKILL), mpirun dies with it (PR_SET_PDEATHSIG), and
+// each rank with mpirun: a rank starts as `lockstep-run --mpirun-rank
+// program args...`, which sets PR_SET_PDEATHSIG and execs the program
+// (Open MPI's ranks would outlive a killed mpirun).
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -83,8 +86,7 @@ constexpr const char* usage =
   "one `mpirun -n N` on this host per generation, their collectives over MPI\n"
   "(LOCKSTEP_COMMUNICATOR=mpi unless set). mpirun ends the job when a rank fails and\n"
   "lockstep-run exits with mpirun's status (a rank's signal n reads as 128 + n); it\n"
-  "does not say which rank failed first (mpirun's message does). Should lockstep-run\n"
-  "be killed outright (SIGKILL), the ranks are left running (mpirun dies with it).\n";
+  "does not say which rank failed first (mpirun's message does).\n";
 
 volatile sig_atomic_t forwarded_signal = 0;
 volatile sig_atomic_t dump_requested = 0;
@@ -289,6 +291,8 @@ struct launch {
   std::optional<std::string> mpirun;
   /// The program's path, found as execvp would (--mpi: mpirun gets it).
   std::string program_path;
+  /// --mpi: lockstep-run's own path, which starts each rank (rank_guard_flag).
+  std::string guard;
 };
 
 /// How one generation ended.
@@ -470,6 +474,7 @@ generation_end run_mpi_generation(const launch& job, std::uint64_t generation) {
   mpi.program = job.program_path;
   for (char** arg = job.program + 1; *arg != nullptr; ++arg)
     mpi.args.emplace_back(*arg);
+  mpi.guard = job.guard;
   mpi.environment = job_variables(job, generation);
   // Rank 0 listens for the others there; the rest on ephemeral ports.
   mpi.environment.push_back("LOCKSTEP_COORDINATOR=127.0.0.1:" + std::to_string(free_port()));
@@ -562,6 +567,8 @@ generation_end run_mpi_generation(const launch& job, std::uint64_t generation) {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], lockstep_run::rank_guard_flag) == 0)
+    lockstep_run::run_rank_guard(argv + 2); // a rank under mpirun: becomes the program
   launch job;
   bool mpi = false;
   int first = 1;
@@ -615,6 +622,11 @@ int main(int argc, char** argv) {
            + (std::strchr(job.program[0], '/') != nullptr ? "no executable file there"
                                                           : "not found on PATH"));
     job.program_path = *path;
+    try {
+      job.guard = lockstep_run::own_path();
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
     // Open MPI closes the descriptors its ranks would inherit: they open
     // this process's instead (the same user on the same host).
     job.token_file = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(token_fd);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,6 +128,24 @@ std::optional<std::string> executable_path(const std::string& name) {
   return std::nullopt;
 }
 
+void run_rank_guard(char** argv) {
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) // mpirun died before prctl took effect
+    std::_Exit(128 + SIGKILL);
+  ::execvp(argv[0], argv);
+  std::fprintf(stderr, "lockstep-run: cannot start %s: %s\n", argv[0], std::strerror(errno));
+  std::_Exit(127);
+}
+
+std::string own_path() {
+  char path[4096];
+  const auto size = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (size <= 0)
+    throw std::runtime_error(std::string("cannot read /proc/self/exe: ") + std::strerror(errno));
+  return std::string(path, static_cast<std::size_t>(size));
+}
+
 std::string find_open_mpi_mpirun() {
   const auto mpirun = executable_path("mpirun");
   if (!mpirun)
@@ -154,7 +173,7 @@ std::vector<std::string> mpirun_command(const mpirun_job& job) {
                                  "--tag-output"});
   for (const auto& variable : job.environment)
     command.insert(command.end(), {"-x", variable.substr(0, variable.find('='))});
-  command.push_back(job.program);
+  command.insert(command.end(), {job.guard, rank_guard_flag, job.program});
   command.insert(command.end(), job.args.begin(), job.args.end());
   return command;
 }

@@ -30,11 +30,29 @@ struct mpirun_job {
   std::size_t ranks = 0;         // -n
   std::string program;           // the program's path (executable_path)
   std::vector<std::string> args; // the program's arguments
+  /// lockstep-run's own path: each rank starts as `guard --mpirun-rank
+  /// program args...` (rank_guard_flag), which sets PR_SET_PDEATHSIG and
+  /// becomes the program.
+  std::string guard;
   /// The variables every rank gets (NAME=VALUE): set in mpirun's own
   /// environment, which the ranks on this host inherit, and named to it
   /// with -x.
   std::vector<std::string> environment;
 };
+
+/// lockstep-run's first argument when it starts a rank under mpirun: it
+/// asks for SIGKILL when its parent (mpirun) dies (PR_SET_PDEATHSIG, which
+/// outlives exec) and execs the program, so that the ranks die with mpirun,
+/// which dies with lockstep-run. Open MPI's ranks outlive a killed mpirun.
+inline constexpr const char* rank_guard_flag = "--mpirun-rank";
+
+/// Acts as `lockstep-run --mpirun-rank program args...`: `argv` is the
+/// program's; never returns (exits 127 when it cannot start it, 137 when
+/// mpirun died already).
+[[noreturn]] void run_rank_guard(char** argv);
+
+/// This executable's path (/proc/self/exe).
+std::string own_path();
 
 /// mpirun's argv for `job`: every rank on this host (--host localhost:N),
 /// unbound (--bind-to none, as forked workers are), --oversubscribe when
