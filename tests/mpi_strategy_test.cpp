@@ -7,7 +7,8 @@
 // and the refusals: workers that are not one MPI job, another value.
 // Then the same job under `lockstep-run --mpi` (one mpirun job that
 // lockstep-run starts): the collectives scenario, a rank killed
-// mid-collective, and a wrong use (no mpirun, another MPI's mpirun).
+// mid-collective, SIGUSR1 and SIGTERM passed on, lockstep-run killed by
+// SIGKILL, and a wrong use (no mpirun, another MPI's mpirun).
 // Exits 77 (skipped) without mpirun. MULTI_WORKER_PROGRAM,
 // TRAIN_FASHION_MNIST and LOCKSTEP_RUN (set by meson) name the programs.
 
@@ -295,6 +296,32 @@ TEST_CASE("a rank killed mid-collective under lockstep-run --mpi ends the job wi
     // lockstep-run, mpirun and every rank carry the tag.
     CHECK(processes_with(tag).empty());
   }
+}
+
+TEST_CASE("lockstep-run --mpi passes SIGUSR1 on to every rank through mpirun, and SIGTERM stops "
+          "the job") {
+  temp_folder folder;
+  const auto tag = "LOCKSTEP_MPI_TEST_JOB=signals-" + std::to_string(::getpid());
+  const std::string script = R"(trap 'echo "got USR1"' USR1; echo ready;
+    while :; do sleep 0.1; done)";
+  std::vector<process> launcher{
+    start_lockstep_run(folder, {"-n", "2", "--mpi", "sh", "-c", script}, {tag}, "run.txt")};
+  const auto wait_for = [&](const std::string& part, std::size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (count_of(launcher[0].text(), part) < count && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(50ms);
+    return count_of(launcher[0].text(), part) == count;
+  };
+  REQUIRE_MESSAGE(wait_for("] ready", 2), launcher[0].text());
+  REQUIRE(::kill(launcher[0].pid, SIGUSR1) == 0);
+  CHECK_MESSAGE(wait_for("] got USR1", 2), launcher[0].text());
+  CHECK(launcher[0].text().find("[0] got USR1") != std::string::npos);
+  CHECK(launcher[0].text().find("[1] got USR1") != std::string::npos);
+  REQUIRE(::kill(launcher[0].pid, SIGTERM) == 0);
+  wait_all(launcher, 30s);
+  INFO(launcher[0].text());
+  CHECK(launcher[0].exited_with(128 + SIGTERM));
+  CHECK(processes_with(tag).empty());
 }
 
 TEST_CASE("lockstep-run --mpi killed by SIGKILL: mpirun and every rank die with it") {
