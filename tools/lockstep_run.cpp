@@ -23,6 +23,25 @@
 // lockstep::peer_lost_exit_status (a lost peer); the program resumes from its
 // last checkpoint. Otherwise lockstep-run exits with the first failed worker's
 // status (128 + the signal for a signal); 0 when all succeed.
+//
+// With --mpi (or LOCKSTEP_COMMUNICATOR=mpi in its environment), the N
+// workers are one Open MPI job instead (lockstep_run_mpirun.hpp): one
+// `mpirun -n N` per generation on this host, each rank taking its rank from
+// OMPI_COMM_WORLD_RANK and rank 0's coordinator port from
+// LOCKSTEP_COORDINATOR. Open MPI closes every inherited descriptor in its
+// ranks, so they read the token through lockstep-run's own descriptor,
+// LOCKSTEP_CLUSTER_TOKEN_FILE=/proc/<lockstep-run's pid>/fd/N (the same
+// memory file, the same user, this host). mpirun's --tag-output is turned
+// back into "[rank] " prefixes. When a rank fails, mpirun ends the job (a
+// rank blocked inside an MPI call included) and exits with the first
+// failure's status, which lockstep-run passes on; the processes of the job
+// that outlive mpirun are killed (lockstep-run is their subreaper).
+// SIGINT, SIGTERM and SIGHUP go to mpirun, which stops the ranks; SIGUSR1
+// goes to mpirun, which passes it on to every rank. Should lockstep-run be
+// killed outright (SIGKILL), mpirun dies with it (PR_SET_PDEATHSIG), and
+// each rank with mpirun: a rank starts as `lockstep-run --mpirun-rank
+// program args...`, which sets PR_SET_PDEATHSIG and execs the program
+// (Open MPI's ranks would outlive a killed mpirun).
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -36,6 +55,7 @@
 #include <unistd.h>
 
 #include "lockstep/error.hpp"
+#include "lockstep_run_mpirun.hpp"
 
 #include <array>
 #include <cerrno>
@@ -54,13 +74,19 @@ extern char** environ;
 namespace {
 
 constexpr const char* usage =
-  "usage: lockstep-run -n N [--replicas-per-worker K] [--max-restarts R] [--] program [args...]\n"
+  "usage: lockstep-run -n N [--replicas-per-worker K] [--max-restarts R] [--mpi] [--]\n"
+  "                    program [args...]\n"
   "Starts N workers of a multi-worker lockstep program on this host (TF_CONFIG,\n"
   "a fresh cluster token); prefixes their output with the rank; when one fails,\n"
   "stops the others, then restarts them all (up to R times, default 0) when the\n"
   "failure was a signal or a lost peer (exit status 75), else exits with its status.\n"
   "SIGUSR1 is passed on to every worker (LOCKSTEP_DUMP_SIGNAL=SIGUSR1 unless set):\n"
-  "each writes its flight recorders and goes on.\n";
+  "each writes its flight recorders and goes on.\n"
+  "--mpi (implied by LOCKSTEP_COMMUNICATOR=mpi): the N workers are one Open MPI job,\n"
+  "one `mpirun -n N` on this host per generation, their collectives over MPI\n"
+  "(LOCKSTEP_COMMUNICATOR=mpi unless set). mpirun ends the job when a rank fails and\n"
+  "lockstep-run exits with mpirun's status (a rank's signal n reads as 128 + n); it\n"
+  "does not say which rank failed first (mpirun's message does).\n";
 
 volatile sig_atomic_t forwarded_signal = 0;
 volatile sig_atomic_t dump_requested = 0;
@@ -261,6 +287,12 @@ struct launch {
   /// file, which every worker inherits.
   std::string token_file;
   std::string job_id;
+  /// --mpi: mpirun's path; the workers are one Open MPI job.
+  std::optional<std::string> mpirun;
+  /// The program's path, found as execvp would (--mpi: mpirun gets it).
+  std::string program_path;
+  /// --mpi: lockstep-run's own path, which starts each rank (rank_guard_flag).
+  std::string guard;
 };
 
 /// How one generation ended.
@@ -273,6 +305,19 @@ struct generation_end {
   bool restartable = false;
 };
 
+/// The variables (NAME=VALUE) every worker of generation `generation` gets,
+/// forked or under mpirun.
+std::vector<std::string> job_variables(const launch& job, std::uint64_t generation) {
+  std::vector<std::string> environment{"LOCKSTEP_CLUSTER_TOKEN_FILE=" + job.token_file,
+                                       "LOCKSTEP_JOB_ID=" + job.job_id,
+                                       "LOCKSTEP_GENERATION=" + std::to_string(generation)};
+  if (job.replicas)
+    environment.push_back("LOCKSTEP_REPLICAS_PER_WORKER=" + std::to_string(*job.replicas));
+  if (std::getenv("LOCKSTEP_DUMP_SIGNAL") == nullptr)
+    environment.push_back("LOCKSTEP_DUMP_SIGNAL=SIGUSR1");
+  return environment;
+}
+
 /// Runs generation `generation` of the world to its end: every worker
 /// reaped and its output printed.
 generation_end run_generation(const launch& job, std::uint64_t generation) {
@@ -284,14 +329,8 @@ generation_end run_generation(const launch& job, std::uint64_t generation) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
       fail(std::string("pipe failed: ") + std::strerror(errno));
-    std::vector<std::string> environment{"TF_CONFIG=" + tf_config(ports, i),
-                                         "LOCKSTEP_CLUSTER_TOKEN_FILE=" + job.token_file,
-                                         "LOCKSTEP_JOB_ID=" + job.job_id,
-                                         "LOCKSTEP_GENERATION=" + std::to_string(generation)};
-    if (job.replicas)
-      environment.push_back("LOCKSTEP_REPLICAS_PER_WORKER=" + std::to_string(*job.replicas));
-    if (std::getenv("LOCKSTEP_DUMP_SIGNAL") == nullptr)
-      environment.push_back("LOCKSTEP_DUMP_SIGNAL=SIGUSR1");
+    auto environment = job_variables(job, generation);
+    environment.push_back("TF_CONFIG=" + tf_config(ports, i));
     all[i].pid = spawn(job.program, environment, out[1], err[1]);
     ::close(out[1]);
     ::close(err[1]);
@@ -383,10 +422,155 @@ generation_end run_generation(const launch& job, std::uint64_t generation) {
   return end;
 }
 
+/// How mpirun ended, in words.
+std::string described_mpirun(int status) {
+  if (WIFSIGNALED(status))
+    return "mpirun was killed by signal " + std::to_string(WTERMSIG(status)) + " (SIG"
+           + sigabbrev_np(WTERMSIG(status)) + ")";
+  const int code = WEXITSTATUS(status);
+  std::string text = "mpirun's exit status " + std::to_string(code);
+  if (code == lockstep::peer_lost_exit_status)
+    text += ": a worker lost a peer";
+  else if (code > 128 && sigabbrev_np(code - 128) != nullptr)
+    text += ": a worker was killed by signal " + std::to_string(code - 128) + " (SIG"
+            + sigabbrev_np(code - 128) + "), as mpirun reports it";
+  else if (code == 2)
+    text += ": a configuration error";
+  return text;
+}
+
+/// Kills what is left of the job once mpirun ended: the processes it
+/// started that outlived it, which came to lockstep-run (their subreaper),
+/// each with its process group; then reaps every child (mpirun's ranks that
+/// it killed but did not reap come here too).
+void end_leftovers() {
+  for (;;) {
+    int ended = 0;
+    while (::waitpid(-1, &ended, WNOHANG) > 0) {
+    }
+    const auto left = lockstep_run::children_of(::getpid());
+    if (left.empty())
+      return;
+    std::fprintf(stderr, "lockstep-run: %zu process(es) of the MPI job outlived mpirun; killing "
+                 "them\n", left.size());
+    for (const auto pid : left) {
+      lockstep_run::signal_descendants(pid, SIGKILL);
+      if (::getpgid(pid) == pid)
+        ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+    int status = 0;
+    while (::waitpid(-1, &status, 0) > 0 || errno == EINTR) {
+    }
+  }
+}
+
+/// Runs generation `generation` as one mpirun job to its end: mpirun
+/// reaped, every rank's output printed, no process of the job left.
+generation_end run_mpi_generation(const launch& job, std::uint64_t generation) {
+  lockstep_run::mpirun_job mpi;
+  mpi.mpirun = *job.mpirun;
+  mpi.ranks = job.workers;
+  mpi.program = job.program_path;
+  for (char** arg = job.program + 1; *arg != nullptr; ++arg)
+    mpi.args.emplace_back(*arg);
+  mpi.guard = job.guard;
+  mpi.environment = job_variables(job, generation);
+  // Rank 0 listens for the others there; the rest on ephemeral ports.
+  mpi.environment.push_back("LOCKSTEP_COORDINATOR=127.0.0.1:" + std::to_string(free_port()));
+  if (std::getenv("LOCKSTEP_COMMUNICATOR") == nullptr)
+    mpi.environment.push_back("LOCKSTEP_COMMUNICATOR=mpi");
+  const auto command = lockstep_run::mpirun_command(mpi);
+  std::vector<char*> argv;
+  for (const auto& arg : command)
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+    fail(std::string("pipe failed: ") + std::strerror(errno));
+  const pid_t pid = spawn(argv.data(), mpi.environment, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  lockstep_run::tagged_output out_lines(stdout), err_lines(stderr);
+  std::array<std::pair<int, lockstep_run::tagged_output*>, 2> streams{
+    std::pair{out[0], &out_lines}, std::pair{err[0], &err_lines}};
+
+  generation_end end;
+  std::optional<int> status;
+  bool stopping = false;
+  auto kill_at = std::chrono::steady_clock::time_point::max();
+  for (;;) {
+    if (dump_requested != 0) { // mpirun passes SIGUSR1 on to every rank
+      dump_requested = 0;
+      if (!status)
+        ::kill(pid, SIGUSR1);
+    }
+    if (forwarded_signal != 0) {
+      if (!status)
+        ::kill(pid, forwarded_signal); // mpirun stops every rank
+      if (end.code == 0)
+        end.code = 128 + forwarded_signal;
+      end.restartable = false; // the user's word
+      stopping = true;
+      forwarded_signal = 0;
+      // mpirun's own SIGTERM-then-SIGKILL takes a few seconds at most.
+      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+    }
+    std::vector<pollfd> fds;
+    for (const auto& [fd, lines] : streams)
+      if (fd >= 0)
+        fds.push_back({fd, POLLIN, 0});
+    if (fds.empty())
+      ::poll(nullptr, 0, 100);
+    else if (::poll(fds.data(), fds.size(), 100) > 0)
+      for (auto& [fd, lines] : streams) {
+        if (fd < 0)
+          continue;
+        for (const auto& p : fds)
+          if (p.fd == fd && p.revents != 0) {
+            char buffer[4096];
+            const auto got = ::read(fd, buffer, sizeof buffer);
+            if (got > 0) {
+              lines->feed(buffer, static_cast<std::size_t>(got));
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+              lines->finish();
+              ::close(fd);
+              fd = -1;
+            }
+          }
+      }
+    int ended = 0;
+    if (!status && ::waitpid(pid, &ended, WNOHANG) == pid) {
+      status = ended;
+      end_leftovers(); // also lets the pipes end when a leftover holds them
+    }
+    if (status && streams[0].first < 0 && streams[1].first < 0)
+      break;
+    if (!status && std::chrono::steady_clock::now() > kill_at) {
+      lockstep_run::signal_descendants(pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      kill_at = std::chrono::steady_clock::time_point::max();
+    }
+  }
+  if (exit_code(*status) != 0 && !stopping) {
+    std::fprintf(stderr, "lockstep-run: the MPI job failed (%s)\n",
+                 described_mpirun(*status).c_str());
+    end.code = exit_code(*status);
+    const int code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 0;
+    end.restartable = WIFSIGNALED(*status) || code == lockstep::peer_lost_exit_status
+                      || code > 128;
+  }
+  return end;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], lockstep_run::rank_guard_flag) == 0)
+    lockstep_run::run_rank_guard(argv + 2); // a rank under mpirun: becomes the program
   launch job;
+  bool mpi = false;
   int first = 1;
   for (; first < argc; ++first) {
     const std::string arg = argv[first];
@@ -406,6 +590,10 @@ int main(int argc, char** argv) {
       job.replicas = parse_count("--replicas-per-worker", argv[++first], 1);
       continue;
     }
+    if (arg == "--mpi") {
+      mpi = true;
+      continue;
+    }
     if (arg == "--max-restarts" && first + 1 < argc) {
       job.max_restarts = parse_count("--max-restarts", argv[++first], 0);
       continue;
@@ -417,7 +605,37 @@ int main(int argc, char** argv) {
   if (job.workers == 0 || first >= argc)
     fail(std::string("give -n and a program\n") + usage);
   job.program = argv + first;
-  job.token_file = "/proc/self/fd/" + std::to_string(make_token_file());
+  if (const char* communicator = std::getenv("LOCKSTEP_COMMUNICATOR");
+      communicator != nullptr && std::string(communicator) == "mpi")
+    mpi = true; // forked workers would be refused: each an MPI job of its own
+  const int token_fd = make_token_file();
+  job.token_file = "/proc/self/fd/" + std::to_string(token_fd);
+  if (mpi) {
+    try {
+      job.mpirun = lockstep_run::find_open_mpi_mpirun();
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    const auto path = lockstep_run::executable_path(job.program[0]);
+    if (!path)
+      fail(std::string("cannot start ") + job.program[0] + ": "
+           + (std::strchr(job.program[0], '/') != nullptr ? "no executable file there"
+                                                          : "not found on PATH"));
+    job.program_path = *path;
+    try {
+      job.guard = lockstep_run::own_path();
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    // Open MPI closes the descriptors its ranks would inherit: they open
+    // this process's instead (the same user on the same host).
+    job.token_file = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(token_fd);
+    // Each rank's cluster comes from Open MPI's variables; TF_CONFIG would
+    // take precedence over them.
+    ::unsetenv("TF_CONFIG");
+    // The ranks that outlive mpirun come here, to be killed and reaped.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  }
   job.job_id = "lockstep-run-" + std::to_string(::getpid()) + "-"
                + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 
@@ -431,7 +649,8 @@ int main(int argc, char** argv) {
 
   int code = 0;
   for (std::size_t generation = 0;; ++generation) {
-    const auto end = run_generation(job, generation);
+    const auto end = job.mpirun ? run_mpi_generation(job, generation)
+                                : run_generation(job, generation);
     code = end.code;
     if (code == 0 || !end.restartable)
       break;
