@@ -12,16 +12,19 @@
 // (a peer still awaiting its ring connection) is tried again; a worker
 // with another token fails to authenticate and its peer times out naming
 // it. Failures: a peer that closes (link_closed naming it), a peer that
-// never sends (the deadline, naming it), shut_down from another thread.
+// never sends (the deadline, naming it), shut_down from another thread; a
+// tcp_ring_communicator that holds the mesh breaks it with its ring.
 // No actor system: suite 'unit', so it runs under ThreadSanitizer too.
 
 #include "collectives/binomial_tree.hpp"
 #include "collectives/halving_doubling.hpp"
 #include "collectives/peer_agreement.hpp"
 #include "collectives/recursive_doubling.hpp"
+#include "communicators/tcp_ring_communicator.hpp"
 #include "transport/tcp/tcp_link.hpp"
 #include "transport/tcp/tcp_mesh_link.hpp"
 
+#include "loopback_ring.hpp"
 #include "ring_values.hpp"
 #include "file_support.hpp"
 #include "test_support.hpp"
@@ -129,6 +132,9 @@ public:
   }
 
   void run(const std::function<void(tcp_mesh_link&)>& work) { require_none(try_run(work)); }
+
+  /// Worker `r`'s connections, for a communicator to own.
+  mesh_links take(std::size_t r) { return std::move(links_[r]->connections()); }
 
 private:
   asio::io_context context_;
@@ -461,4 +467,50 @@ TEST_CASE("shut_down from another thread ends an exchange at once, here and at t
   for (const std::size_t r : {1, 2})
     CHECK(contains(error_of<link_closed>([&] { std::rethrow_exception(errors[r]); }),
                    "worker 0"));
+}
+
+TEST_CASE("a tcp_ring_communicator holds the workers' mesh beside its ring, and breaks both "
+          "together") {
+  constexpr std::size_t world = 3;
+  lockstep::detail::test::loopback_ring ring(world);
+  loopback_mesh mesh(world);
+  mesh.connect();
+  std::vector<std::unique_ptr<tcp_ring_communicator>> workers;
+  for (std::size_t r = 0; r < world; ++r)
+    workers.push_back(std::make_unique<tcp_ring_communicator>(
+      ring.take(r), nullptr, std::make_unique<tcp_mesh_link>(mesh.take(r))));
+  require_none(on_threads(world, [&](std::size_t r) {
+    auto* group = workers[r]->mesh();
+    REQUIRE(group != nullptr);
+    CHECK(group->rank() == r);
+    std::vector<float> data(4, static_cast<float>(r + 1));
+    recursive_doubling_all_reduce(*group, reduce_op::sum, dtype::f32, bytes_of(data),
+                                  group->now() + 10s);
+    CHECK(data == std::vector<float>(4, 6.0f));
+  }));
+  // The node breaks worker 1's ring (a peer was lost): its mesh is shut
+  // down too, so the others' mesh exchanges with it fail at once.
+  workers[1]->break_ring({error_kind::peer_lost_error, "worker 7 was lost",
+                          "lockstep::peer_lost_error"});
+  const auto errors = on_threads(world, [&](std::size_t r) {
+    std::vector<std::uint8_t> data(10);
+    auto& group = *workers[r]->mesh();
+    if (r == 1)
+      group.send(0, data, group.now() + 10s);
+    else
+      group.receive(1, data, group.now() + 10s);
+  });
+  for (std::size_t r = 0; r < world; ++r) // not link_deadline_passed: at once
+    CHECK_THROWS_AS(std::rethrow_exception(errors[r]), link_closed);
+  CHECK(contains(what_of(errors[0]), "worker 1"));
+  // Without a mesh: none; a mesh of other positions: refused.
+  lockstep::detail::test::loopback_ring alone(2);
+  CHECK(tcp_ring_communicator(alone.take(0)).mesh() == nullptr);
+  asio::io_context context;
+  CHECK(contains(error_of<value_error>([&] {
+                   tcp_ring_communicator(alone.take(1), nullptr,
+                                         std::make_unique<tcp_mesh_link>(
+                                           mesh_links{0, 3, context}));
+                 }),
+                 "a mesh of rank 0 of 3 beside the ring's rank 1 of 2"));
 }

@@ -14,12 +14,24 @@
 namespace lockstep::detail {
 
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
-                                             std::shared_ptr<boost::asio::io_context> context)
+                                             std::shared_ptr<boost::asio::io_context> context,
+                                             std::unique_ptr<tcp_mesh_link> mesh)
   : context_(std::move(context)),
     worker_(links.worker_of(links.rank)),
     link_(std::move(links)),
+    mesh_(std::move(mesh)),
     session_("tcp_ring", link_.rank(), link_.size(), worker_, "the ring of workers") {
+  if (mesh_ && (mesh_->size() != link_.size() || mesh_->rank() != link_.rank()))
+    throw value_error("tcp_ring: a mesh of rank " + std::to_string(mesh_->rank()) + " of "
+                      + std::to_string(mesh_->size()) + " beside the ring's rank "
+                      + std::to_string(link_.rank()) + " of " + std::to_string(link_.size()));
   records_.name_workers(link_.connections().workers);
+}
+
+void tcp_ring_communicator::shut_down_links() noexcept {
+  link_.shut_down();
+  if (mesh_)
+    mesh_->shut_down();
 }
 
 void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
@@ -29,7 +41,7 @@ void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
       broken_ = why;
   }
   explained_.notify_all();
-  link_.shut_down();
+  shut_down_links();
 }
 
 void tcp_ring_communicator::explain_timeouts(std::chrono::milliseconds delay,
@@ -78,7 +90,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   session_.begin(f.seq);
   const auto record = [&](const char* outcome) { session_.end(f, outcome); };
   const auto broke = [&](const std::string& why) {
-    link_.shut_down(); // the neighbours fail at once instead of at their deadlines
+    shut_down_links(); // the neighbours fail at once instead of at their deadlines
     error_value reason;
     {
       // A loss the node reports (break_ring) names the lost worker; a
@@ -110,7 +122,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
     explained_.notify_all();
     if (tell)
       tell(reason);
-    link_.shut_down();
+    shut_down_links();
     record("timed out");
     rethrow(reason);
   };
