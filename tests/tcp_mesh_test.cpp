@@ -455,11 +455,13 @@ TEST_CASE("shut_down from another thread ends an exchange at once, here and at t
     std::this_thread::sleep_for(200ms);
     mesh.link(0).shut_down();
   });
-  const auto errors = mesh.try_run([](tcp_mesh_link& group) {
+  // No worker closes its links when it fails (close() is for the link's
+  // own thread, as in a node): only the shut_down ends the waits. Worker 0
+  // waits for worker 1, which waits for worker 0, and worker 2 for worker 0.
+  const auto errors = on_threads(3, [&](std::size_t r) {
+    auto& group = mesh.link(r);
     std::vector<std::uint8_t> data(10);
-    // Worker 0 waits for worker 1, which waits for worker 0, and worker 2
-    // for worker 0: only the shut_down ends the waits.
-    group.receive(group.rank() == 0 ? 1 : 0, data, group.now() + 30s);
+    group.receive(r == 0 ? 1 : 0, data, group.now() + 30s);
   });
   breaker.join();
   for (std::size_t r = 0; r < 3; ++r) // not link_deadline_passed: at once
