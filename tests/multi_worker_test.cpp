@@ -159,6 +159,7 @@ TEST_CASE("shared memory is probed, not assumed: workers of one host whose /dev/
                                    shared ? nullptr : std::function(private_shm));
     wait_all(processes, 120s);
     require_all_ok(processes, "ok collectives: 2 workers x 2 replicas");
+    require_all_ok(processes, "mesh: the 2 workers connected (1 connection each)");
     require_all_ok(processes, shared ? "shared memory: the 2 workers share this host's memory"
                                      : "shared memory: no two workers share memory; the ring "
                                        "carries the collectives");
@@ -225,6 +226,15 @@ TEST_CASE("workers on several hosts: each host's workers reduce through its memo
       wait_all(processes, 120s);
       require_all_ok(processes, each.expect);
       require_all_ok(processes, hosts);
+      // Every worker's mesh, and the leaders' (one a host) beside their ring.
+      const auto n = each.host_of.size();
+      require_all_ok(processes, "mesh: the " + std::to_string(n) + " workers connected ("
+                                  + std::to_string(n - 1) + " connections each)");
+      std::size_t leaders = 0;
+      for (const auto& p : processes)
+        leaders += p.text().find("mesh: the leaders of 2 hosts connected (1 connection each)")
+                   != std::string::npos;
+      CHECK(leaders == 2);
     }
     // Killed or not, no worker left a segment on its host.
     for (std::size_t h = 0; h < 2; ++h)

@@ -19,6 +19,8 @@
 
 #include <doctest/doctest.h>
 
+#include <tuple>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -135,6 +137,38 @@ TEST_CASE("handshake in memory: what is refused") {
     CHECK(contains(refusal_of([&] { server.job_id_length(head); }), "protocol 9"));
     bytes noise(hello_head_size, 0x5a);
     CHECK(contains(refusal_of([&] { server.job_id_length(noise); }), "no lockstep hello"));
+  }
+  SUBCASE("a hello for another purpose: a mesh connection is no ring connection, nor the "
+          "other way round") {
+    using enum connection_purpose;
+    for (const auto& [client_purpose, server_purpose, words] :
+         {std::tuple{mesh, ring, "a hello for a mesh connection where this side awaits a ring "
+                                 "connection"},
+          std::tuple{ring, mesh, "a hello for a ring connection where this side awaits a mesh "
+                                 "connection"},
+          std::tuple{control, ring, "a hello for a control connection"}}) {
+      client_handshake client{token, {"job", 0, 1, client_purpose}};
+      const auto hello = client.hello();
+      server_handshake server{token, {"job", 0, 0, server_purpose}};
+      CHECK(contains(refusal_of([&] {
+                       server.challenge(std::span(hello).first(hello_head_size),
+                                        std::span(hello).subspan(hello_head_size));
+                     }),
+                     words));
+    }
+    client_handshake client{token, {"job", 0, 1, mesh}};
+    auto hello = client.hello();
+    hello[hello_head_size - 2] = 7;
+    server_handshake server{token, {"job", 0, 0, mesh}};
+    CHECK(contains(refusal_of([&] {
+                     server.challenge(std::span(hello).first(hello_head_size),
+                                      std::span(hello).subspan(hello_head_size));
+                   }),
+                   "a hello of unknown purpose 7"));
+    // The same purpose on both sides passes.
+    client_handshake same{token, {"job", 0, 1, mesh}};
+    server_handshake mesh_server{token, {"job", 0, 0, mesh}};
+    CHECK(challenge_to(same, mesh_server).size() == challenge_size);
   }
   SUBCASE("a token too short to be one") {
     CHECK_THROWS_AS(client_handshake(token_of("short"), {"job", 0, 0}), std::invalid_argument);

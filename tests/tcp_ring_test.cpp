@@ -358,7 +358,8 @@ TEST_CASE("a ring connects past strangers at a worker's port, each holding it fo
     stranger->connect(port_of_1);
   const std::string junk = "GET / HTTP/1.1\r\nHost: ring\r\n\r\n";
   boost::asio::write(garbage, boost::asio::buffer(junk));
-  client_handshake claims_2{lockstep::detail::test::token, {"ring-test", 0, 2}};
+  client_handshake claims_2{lockstep::detail::test::token,
+                            {"ring-test", 0, 2, connection_purpose::ring}};
   boost::asio::write(other_rank, boost::asio::buffer(claims_2.hello()));
   // The silent one holds worker 1 for handshake_timeout (5 s); with a
   // deadline well past that, the ring forms and works.

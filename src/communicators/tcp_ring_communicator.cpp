@@ -27,11 +27,17 @@ std::string named(algorithm a) {
 } // namespace
 
 tcp_ring_communicator::tcp_ring_communicator(ring_links links,
-                                             std::shared_ptr<boost::asio::io_context> context)
+                                             std::shared_ptr<boost::asio::io_context> context,
+                                             std::unique_ptr<tcp_mesh_link> mesh)
   : context_(std::move(context)),
     worker_(links.worker_of(links.rank)),
     link_(std::move(links)),
+    mesh_(std::move(mesh)),
     session_("tcp_ring", link_.rank(), link_.size(), worker_, "the ring of workers") {
+  if (mesh_ && (mesh_->size() != link_.size() || mesh_->rank() != link_.rank()))
+    throw value_error("tcp_ring: a mesh of rank " + std::to_string(mesh_->rank()) + " of "
+                      + std::to_string(mesh_->size()) + " beside the ring's rank "
+                      + std::to_string(link_.rank()) + " of " + std::to_string(link_.size()));
   records_.name_workers(link_.connections().workers);
   const char* forced = std::getenv("LOCKSTEP_ALGORITHM");
   forced_ = parse_algorithm_override(forced != nullptr ? forced : "");
@@ -41,7 +47,7 @@ tcp_ring_communicator::tcp_ring_communicator(ring_links links,
 }
 
 worker_links tcp_ring_communicator::links() noexcept {
-  return {link_, nullptr};
+  return {link_, mesh_.get()};
 }
 
 algorithm tcp_ring_communicator::algorithm_for(collective_kind kind, std::size_t bytes,
@@ -65,6 +71,12 @@ link_costs tcp_ring_communicator::probe_links(std::chrono::milliseconds timeout)
   return *costs_;
 }
 
+void tcp_ring_communicator::shut_down_links() noexcept {
+  link_.shut_down();
+  if (mesh_)
+    mesh_->shut_down();
+}
+
 void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
   {
     std::lock_guard lock{mutex_};
@@ -72,7 +84,7 @@ void tcp_ring_communicator::break_ring(const error_value& why) noexcept {
       broken_ = why;
   }
   explained_.notify_all();
-  link_.shut_down();
+  shut_down_links();
 }
 
 void tcp_ring_communicator::explain_timeouts(std::chrono::milliseconds delay,
@@ -130,7 +142,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
   }
   const auto record = [&](const char* outcome) { session_.end(f, outcome); };
   const auto broke = [&](const std::string& why) {
-    link_.shut_down(); // the neighbours fail at once instead of at their deadlines
+    shut_down_links(); // the neighbours fail at once instead of at their deadlines
     error_value reason;
     {
       // A loss the node reports (break_ring) names the lost worker; a
@@ -162,7 +174,7 @@ void tcp_ring_communicator::run(std::size_t rank, collective_fingerprint f,
     explained_.notify_all();
     if (tell)
       tell(reason);
-    link_.shut_down();
+    shut_down_links();
     record("timed out");
     rethrow(reason);
   };

@@ -23,6 +23,11 @@
 //   most report_delay()) before it closes its links, and passes the error
 //   on, so that the workers waiting in the same collective, and those that
 //   come to it later, throw the same timeout_error.
+//
+// Beside the ring it may hold the same workers' mesh (a connection to every
+// other worker: transport/tcp/tcp_mesh_link.hpp), for the algorithms that
+// talk to any rank (mesh()). The ring and the mesh break together: a
+// broken ring shuts the mesh down and the other way round.
 
 #include <boost/asio/io_context.hpp>
 
@@ -45,6 +50,7 @@
 #include "collectives/worker_timeout.hpp"
 #include "runtime/error_value.hpp"
 #include "transport/tcp/tcp_link.hpp"
+#include "transport/tcp/tcp_mesh_link.hpp"
 
 namespace lockstep::detail {
 
@@ -52,9 +58,16 @@ class tcp_ring_communicator final : public communicator {
 public:
   /// `links`: the ring's connections, connected (connect_ring); `context`:
   /// the io_context of their sockets, kept alive as long as they are (null
-  /// when the caller outlives the communicator).
+  /// when the caller outlives the communicator); `mesh`: the same workers'
+  /// mesh, connected (connect_mesh) with the same positions, or null.
   explicit tcp_ring_communicator(ring_links links,
-                                 std::shared_ptr<boost::asio::io_context> context = nullptr);
+                                 std::shared_ptr<boost::asio::io_context> context = nullptr,
+                                 std::unique_ptr<tcp_mesh_link> mesh = nullptr);
+
+  /// The mesh between the same workers (its ranks are the ring's), for
+  /// the algorithms that talk to any rank; null without one. Used by the
+  /// rank's own thread, as the ring is; broken with the ring.
+  tcp_mesh_link* mesh() noexcept { return mesh_.get(); }
 
   /// Breaks the ring from another thread (a peer was lost, or another
   /// worker's collective timed out; `why` says so): the collective in
@@ -143,9 +156,14 @@ private:
   /// The links a collective runs on: the ring's and the mesh, if any.
   worker_links links() noexcept;
 
-  std::shared_ptr<boost::asio::io_context> context_; // destroyed after the link
+  /// Shuts the ring's link and the mesh down (safe from any thread): the
+  /// neighbours and the peers fail at once instead of at their deadlines.
+  void shut_down_links() noexcept;
+
+  std::shared_ptr<boost::asio::io_context> context_; // destroyed after the links
   std::size_t worker_; // this worker's number in the cluster (not its ring position)
   tcp_link link_;
+  std::unique_ptr<tcp_mesh_link> mesh_; // null without a mesh; closes before the ring
   ring_records records_; // the agreements' buffers, reused: the hot path allocates little
   worker_session session_;
   mutable std::mutex mutex_; // guards what other threads read: the fields below

@@ -108,6 +108,33 @@ ring_watch ring_watch_of(std::vector<tcp_socket>& control, bool coordinator) {
   return watch;
 }
 
+/// This worker's end of the mesh between `workers` (the cluster's numbers
+/// by position; empty: every worker, a position its number), in which it
+/// is at `position` of `world`: connect_mesh over new connections to the
+/// workers' data listeners (this one's is `data`), authenticated as the
+/// ring's are but for the mesh. Its connect time goes to the log.
+std::unique_ptr<tcp_mesh_link> connect_workers_mesh(
+  asio::io_context& context, asio::ip::tcp::acceptor& data, const membership& joined,
+  std::size_t position, std::size_t world, std::vector<std::size_t> workers,
+  std::span<const std::uint8_t> token, const handshake_identity& self,
+  io_clock::time_point deadline, ring_watch watch, const std::string& what) {
+  const auto start = io_clock::now();
+  mesh_links mesh{position, world, context, std::move(workers)};
+  // Addresses of the positions this one dials (the higher ones).
+  std::vector<asio::ip::tcp::endpoint> addresses(world);
+  for (auto p = position + 1; p < world; ++p) {
+    const auto& member = joined.members[mesh.worker_of(p)];
+    addresses[p] = resolve_endpoint(context, member.host, member.port,
+                                    "worker " + std::to_string(member.rank) + "'s address");
+  }
+  connect_mesh(mesh, data, addresses, token, self, deadline, std::move(watch));
+  LOCKSTEP_LOG_INFO("mesh: {} connected ({} connection{} each) in {} ms", what, world - 1,
+                    world == 2 ? "" : "s",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(io_clock::now() - start)
+                      .count());
+  return std::make_unique<tcp_mesh_link>(std::move(mesh));
+}
+
 } // namespace
 
 node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
@@ -141,11 +168,17 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
   const auto next_address = resolve_endpoint(*context_, next.host, next.port,
                                              "worker " + std::to_string(next.rank) + "'s address");
   ring_links links{rank, spec.world_size, tcp_socket(*context_), tcp_socket(*context_)};
-  connect_ring(links, data, next_address, token,
-               {spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)},
-               io_clock::now() + settings.join_timeout,
+  const handshake_identity self{spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)};
+  connect_ring(links, data, next_address, token, self, io_clock::now() + settings.join_timeout,
                ring_watch_of(joined.control, coordinator));
-  ring_ = std::make_shared<tcp_ring_communicator>(std::move(links), context_);
+  // The mesh of the same workers, for the algorithms that talk to any rank:
+  // world - 1 more connections per worker (docs/multi_worker.md, "The mesh
+  // between workers").
+  auto mesh = connect_workers_mesh(*context_, data, membership_, rank, spec.world_size, {}, token,
+                                   self, io_clock::now() + settings.join_timeout,
+                                   ring_watch_of(joined.control, coordinator),
+                                   "the " + std::to_string(spec.world_size) + " workers");
+  ring_ = std::make_shared<tcp_ring_communicator>(std::move(links), context_, std::move(mesh));
   // A killed worker's neighbours see its links close about when the
   // coordinator's word of the loss arrives: give that word a moment.
   ring_->await_explanations(std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
@@ -182,15 +215,30 @@ node::node(const cluster_spec& spec, bytes token, const node_settings& settings)
       connect_ring(leader_links, data,
                    resolve_endpoint(*context_, next_member.host, next_member.port,
                                     "worker " + std::to_string(next_leader) + "'s address"),
-                   token, {spec.job_id, spec.generation, static_cast<std::uint32_t>(rank)},
-                   io_clock::now() + settings.join_timeout,
+                   token, self, io_clock::now() + settings.join_timeout,
                    ring_watch_of(joined.control, coordinator));
-      leaders_ = std::make_shared<tcp_ring_communicator>(std::move(leader_links), context_);
+      // And the leaders' mesh, positions again hosts.
+      auto leader_mesh = connect_workers_mesh(
+        *context_, data, membership_, plan.host, groups.size(), leader_links.workers, token, self,
+        io_clock::now() + settings.join_timeout, ring_watch_of(joined.control, coordinator),
+        "the leaders of " + std::to_string(groups.size()) + " hosts");
+      leaders_ = std::make_shared<tcp_ring_communicator>(std::move(leader_links), context_,
+                                                         std::move(leader_mesh));
       leaders_->await_explanations(
         std::max(std::chrono::milliseconds{500}, 2 * settings.heartbeat_interval));
     }
     hosts_ = std::make_shared<hierarchical_communicator>(plan.local, leaders_, plan.hosts,
                                                          plan.host, ask_wait, true);
+  }
+  // The link costs that choose each call's algorithm (algorithm_choice.hpp),
+  // measured once by the first worker of the ring that will carry the
+  // program's collectives, which every worker of it calls here.
+  const auto between = hosts_ ? leaders_ : (mpi_.collectives || host_) ? nullptr : ring_;
+  if (between) {
+    const auto costs = between->probe_links(settings.join_timeout);
+    LOCKSTEP_LOG_INFO("links between workers: alpha {:.1f} us, beta {:.2f} GB/s, gamma {:.2f} GB/s",
+                      costs.alpha_s * 1e6, costs.beta_bytes_per_s / 1e9,
+                      costs.gamma_bytes_per_s / 1e9);
   }
   ring_->restart_numbering(); // the program's first collective is #1
   // The node actor watches the peers; control_links carries its messages.

@@ -3,7 +3,9 @@
 // node: this process's membership of a multi-worker job, made once by
 // multi_worker_mirrored_strategy: the rendezvous at rank 0 (rendezvous.hpp),
 // the ring of data connections between the workers (the leaders' stage of
-// every collective, tcp_ring_communicator.hpp), and the node's actor
+// every collective, tcp_ring_communicator.hpp) and their mesh (a
+// connection to every other worker, for the algorithms that talk to any
+// rank: the ring communicator's mesh(), broken with it), and the node's actor
 // (node_actor.hpp), which hears the peers' heartbeats through the
 // control connections (control_links.hpp) and breaks the ring when a peer
 // is lost, so that every pending and later collective raises
@@ -13,8 +15,9 @@
 // timeout on to the other workers.
 //
 // Listeners: rank 0 accepts control connections at the coordinator
-// address; every rank accepts its ring connection at its listen address
-// (an ephemeral port where that port is 0 or the coordinator's own).
+// address; every rank accepts its ring connection and its lower ranks'
+// mesh connections at its listen address (an ephemeral port where that
+// port is 0 or the coordinator's own).
 
 #include "node/clock_sync.hpp"
 #include "transport/tcp/handshake.hpp"

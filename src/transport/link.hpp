@@ -9,6 +9,8 @@
 //
 //   transport/tcp/tcp_link.hpp   the authenticated TCP ring between
 //                                workers (its ring neighbours only)
+//   transport/tcp/tcp_mesh_link.hpp  the authenticated TCP mesh between
+//                                workers (a connection per pair: any rank)
 //   tests/memory_link.hpp        threads of one process, through queues
 //                                (any rank to any rank; the tests' link)
 //
@@ -25,7 +27,8 @@
 // naming the rank waited for. A failed link is not used again.
 //
 // A rank's link is used by one thread at a time (its rank's); what an
-// implementation offers to other threads (tcp_link::shut_down) it says.
+// implementation offers to other threads (tcp_link::shut_down,
+// tcp_mesh_link::shut_down) it says.
 
 #include <chrono>
 #include <cstddef>

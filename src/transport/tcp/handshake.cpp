@@ -42,6 +42,18 @@ digest session_key(std::span<const std::uint8_t> token, const handshake_nonce& c
 
 } // namespace
 
+const char* to_string(connection_purpose purpose) noexcept {
+  switch (purpose) {
+    case connection_purpose::control:
+      return "control";
+    case connection_purpose::ring:
+      return "ring";
+    case connection_purpose::mesh:
+      return "mesh";
+  }
+  return "unknown";
+}
+
 digest hmac_sha256(std::span<const std::uint8_t> key,
                    std::initializer_list<std::span<const std::uint8_t>> parts) {
   bytes message;
@@ -74,6 +86,7 @@ bytes client_handshake::hello() {
   append_le(out, self_.generation);
   append_le(out, self_.rank);
   out.insert(out.end(), nonce_.begin(), nonce_.end());
+  out.push_back(static_cast<std::uint8_t>(self_.purpose));
   out.push_back(static_cast<std::uint8_t>(self_.job_id.size()));
   out.insert(out.end(), self_.job_id.begin(), self_.job_id.end());
   transcript_ = out;
@@ -130,6 +143,15 @@ bytes server_handshake::challenge(std::span<const std::uint8_t> head,
     throw handshake_refused("generation " + std::to_string(generation) + ", this cluster is at "
                             + std::to_string(self_.generation)
                             + " (a worker of an earlier or later start of the job)");
+  if (const auto purpose = head[hello_head_size - 2];
+      purpose != static_cast<std::uint8_t>(self_.purpose)) {
+    const auto named = purpose <= static_cast<std::uint8_t>(connection_purpose::mesh)
+                         ? std::string("a hello for a ")
+                             + to_string(static_cast<connection_purpose>(purpose)) + " connection"
+                         : "a hello of unknown purpose " + std::to_string(purpose);
+    throw handshake_refused(named + " where this side awaits a " + to_string(self_.purpose)
+                            + " connection");
+  }
   peer_.rank = load_le<std::uint32_t>(head, 14);
   std::copy_n(head.begin() + 18, client_nonce_.size(), client_nonce_.begin());
   const auto fresh = random_bytes(nonce_.size());

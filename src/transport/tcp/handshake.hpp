@@ -8,12 +8,16 @@
 // socket with a deadline.
 //
 //   C -> S  hello      "LKST", protocol, generation, client rank, nonce_c,
-//                      job id
+//                      purpose, job id
 //   S -> C  challenge  server rank, nonce_s, mac_s = HMAC(K, "S" || T)
 //   C -> S  response   mac_c = HMAC(K, "C" || T)
 //   S -> C  acceptance mac_a = HMAC(K, "A" || T)
 //
-// T is the hello followed by the server's rank and nonce. Fresh nonces on
+// T is the hello followed by the server's rank and nonce. The purpose says
+// what the connection will carry (control messages, the ring, the mesh):
+// a server refuses a hello for another purpose than its own, so that a
+// worker that dials a peer's listener for the mesh while the peer still
+// awaits its ring connection there is not taken for its ring neighbour. Fresh nonces on
 // both sides defeat replay (a recorded response proves nothing about a new
 // nonce_s), the role labels defeat reflection (a server's MAC is no
 // client's), and the job id and generation in T keep out other jobs and
@@ -39,11 +43,22 @@ using digest = std::array<std::uint8_t, 32>;
 using handshake_nonce = std::array<std::uint8_t, 32>;
 using bytes = std::vector<std::uint8_t>;
 
-/// Who one side of a connection is.
+/// What a connection between workers carries, which its hello names.
+enum class connection_purpose : std::uint8_t {
+  control = 0, // the rendezvous and the control links (node/)
+  ring = 1,    // a ring of data connections (ring_links.hpp)
+  mesh = 2,    // a mesh of data connections (mesh_links.hpp)
+};
+
+/// "control", "ring" or "mesh" (for messages).
+const char* to_string(connection_purpose purpose) noexcept;
+
+/// Who one side of a connection is, and what the connection is for.
 struct handshake_identity {
   std::string job_id; // 1 to max_job_id bytes
   std::uint64_t generation = 0;
   std::uint32_t rank = 0;
+  connection_purpose purpose = connection_purpose::control;
 };
 
 /// What each side knows once the other has proven the token.
@@ -61,12 +76,12 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr std::uint16_t handshake_protocol = 1;
+inline constexpr std::uint16_t handshake_protocol = 2; // 2: the hello names its purpose
 inline constexpr std::size_t max_job_id = 255;
 
 /// The hello's fixed part: magic 4, protocol 2, generation 8, rank 4,
-/// nonce 32, job id length 1; the job id follows.
-inline constexpr std::size_t hello_head_size = 4 + 2 + 8 + 4 + 32 + 1;
+/// nonce 32, purpose 1, job id length 1; the job id follows.
+inline constexpr std::size_t hello_head_size = 4 + 2 + 8 + 4 + 32 + 1 + 1;
 inline constexpr std::size_t challenge_size = 4 + 32 + 32;
 inline constexpr std::size_t response_size = 32;
 inline constexpr std::size_t acceptance_size = 32;
@@ -102,8 +117,9 @@ private:
 
 /// The server's side: job_id_length(head) says how many more bytes the
 /// hello has; challenge(head, job_id) checks the hello and returns the
-/// challenge; accept(response) checks the client's MAC and returns the
-/// acceptance. Each throws handshake_refused with the reason.
+/// challenge (refusing a hello of another job, generation or purpose);
+/// accept(response) checks the client's MAC and returns the acceptance.
+/// Each throws handshake_refused with the reason.
 class server_handshake {
 public:
   server_handshake(std::span<const std::uint8_t> token, handshake_identity self);

@@ -6,18 +6,19 @@
 // send and a receive at once, so no two neighbours ever wait on each other
 // with full socket buffers. tcp_link (tcp_link.hpp) puts it behind the
 // link interface that the ring's algorithm (collectives/ring_collectives.hpp)
-// is written against. No CAF: tested under ThreadSanitizer.
+// is written against. The moving of bytes is duplex_exchange.hpp's, which
+// the mesh of workers (mesh_links.hpp) shares. No CAF: tested under
+// ThreadSanitizer.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <poll.h>
-
+#include "transport/tcp/connect_watch.hpp"
+#include "transport/tcp/duplex_exchange.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
 
@@ -45,7 +46,8 @@ struct ring_links {
   std::size_t prev_worker() const { return worker_of(prev_rank()); }
 
   /// Sends `out` to the next rank while it receives `in` from the previous
-  /// one, until both are done. When neither can move, it retries for up to
+  /// one, until both are done (duplex_exchange). When neither can move, it
+  /// retries for up to
   /// runtime_options::spin_wait while this host's runnable threads fit on
   /// its CPUs (a woken thread takes tens of microseconds to run), else it
   /// sleeps in poll(2) at once. Throws connection_closed naming the
@@ -75,33 +77,17 @@ struct ring_links {
   /// exchange and the neighbours' fail at once.
   void shut_down() noexcept;
 
-  /// How long exchange() may spin, looked up again every 10 ms (its cache
-  /// below; the struct stays an aggregate of the four fields above, the
-  /// state after them starting empty).
-  std::chrono::microseconds spin_budget();
-  std::chrono::microseconds spin{0};
-  io_clock::time_point spin_checked{};
+  /// How long exchange() may spin (the struct stays an aggregate of the
+  /// four fields above, the state after them starting empty).
+  spin_budget_cache spin;
 
   /// What a frame's read took from the previous rank beyond the frame's
-  /// end, from `ahead_at` on: every receive takes these bytes first.
-  bytes ahead;
-  std::size_t ahead_at = 0;
+  /// end: every receive takes these bytes first.
+  read_ahead ahead;
 
   /// By ring position: the worker's number in the cluster (worker_of);
   /// empty in the ring of all workers.
   std::vector<std::size_t> workers;
-};
-
-/// What else connect_ring watches while it waits: connections whose end
-/// (or a cancellation) means that the ring will never form, so that the
-/// wait ends at once instead of at its deadline.
-struct ring_watch {
-  /// Polled for POLLIN beside each of connect_ring's own waits.
-  std::vector<pollfd> entries;
-  /// Called with the index of an entry that became ready: throws to end
-  /// connect_ring, or returns whether to keep watching that entry (false:
-  /// it carries news that is no end, such as a peer that went ahead).
-  std::function<bool(std::size_t)> ready;
 };
 
 /// Connects `links` (rank, world and two unconnected sockets on one
@@ -113,6 +99,8 @@ struct ring_watch {
 /// waiting only for what the neighbours' earlier steps send (the client's
 /// hello, the server's challenge, the client's response, the server's
 /// acceptance), so a ring of any size connects without waiting on itself.
+/// Its hellos say that they open a ring connection (connection_purpose):
+/// one for the mesh is refused, and the mesh's dialer tries again.
 /// A connection to `acceptor` that fails the handshake (a stranger,
 /// another rank) is dropped after at most handshake_timeout and the next
 /// one awaited. Every wait also watches `watch`. Throws

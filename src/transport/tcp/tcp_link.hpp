@@ -6,8 +6,8 @@
 // rank and one from the previous rank, so it sends only to the next rank
 // and receives only from the previous one: an exchange that names another
 // rank throws value_error naming it, before any byte moves. (Algorithms
-// that talk to other ranks, such as recursive doubling or a tree, need a
-// TCP link with a connection per peer: not yet.) Its clock is io_clock.
+// that talk to other ranks, such as recursive doubling or a tree, run over
+// the mesh's link, tcp_mesh_link.hpp.) Its clock is io_clock.
 // Its errors are ring_links': connection_closed (a link_closed) naming the
 // neighbour whose connection closed, link_deadline_passed naming the
 // neighbour it waited for.
