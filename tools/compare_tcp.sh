@@ -31,9 +31,12 @@
 #   gloo_halving_doubling   the same program with
 #               gloo::AllreduceHalvingDoubling<float>, constructed once per size.
 #               Both over gloo::transport::tcp on 127.0.0.1, FileStore rendezvous.
-#   lockstep    lockstep's ring: build/bench/allreduce --workers LIST: multi_worker_mirrored_strategy,
-#               one CPU replica per worker, on the TCP ring (LOCKSTEP_TRANSPORT=tcp:
-#               the workers share this host's memory, which they would use else), K back-to-back in-place
+#   lockstep    lockstep over TCP: build/bench/allreduce --workers LIST: multi_worker_mirrored_strategy,
+#               one CPU replica per worker, over TCP (LOCKSTEP_TRANSPORT=tcp: the
+#               workers share this host's memory, which they would use else),
+#               each call's algorithm lockstep's choice (LOCKSTEP_ALGORITHM=auto:
+#               the ring, recursive doubling or halving-doubling, docs/algorithms.md),
+#               K back-to-back in-place
 #               ctx.all_reduce calls inside one strategy.run; it first measures
 #               the loopback bound (two opposite TCP streams of 64 MiB messages,
 #               total payload rate P; algbw <= P / 2(W-1)).
@@ -44,13 +47,18 @@
 #               LOCKSTEP_COMMUNICATOR=mpi and LOCKSTEP_COORDINATOR on a free
 #               loopback port: the same strategy, replicas and timing as
 #               lockstep, its collectives between the workers through MPI's
-#               MPI_Iallgather (the agreement) and MPI_Iallreduce on the same
+#               MPI_Iallgather (the agreement) and MPI_Allreduce on the same
 #               TCP transport as the raw MPI_Allreduce.
+#   lockstep_ring  lockstep with its ring alone (LOCKSTEP_ALGORITHM=ring), the
+#               baseline of the choice: the choice's targets ask that it be
+#               no slower than the ring beyond the A/A spread at 1-64 MiB with
+#               2 and 4 workers, and that 4 B with 4 workers be no slower than
+#               Open MPI over TCP.
 #   socket_floor  bench/peers/socket_floor.cpp, with 2 workers at 4 B only:
 #               the floor under any 4-byte all-reduce of 2 processes, one
 #               exchange of 4 bytes each way on plain non-blocking sockets
 #               (spinning on poll(2)), no framing, no reduction.
-# The seven take turns in every round, the order rotated by one each round
+# The eight take turns in every round, the order rotated by one each round
 # (mpi_tcp and mpi_tcp_again apart, lockstep_mpi between them).
 # The peers get the same batch count and length as lockstep (5 batches of
 # ~300 ms; --quick 2 of ~50 ms). The lockstep binary and its library are
@@ -246,15 +254,19 @@ run_arm() {
       [[ ",$workers," != *,2,* ]] \
         || launch socket_floor-2 "$work/socket_floor" --sizes 4 --reps "$reps" \
           --target-ms "$budget_ms" ;;
-    lockstep)
-      # The ring, even where the workers share memory (they all run here).
-      launch lockstep env LOCKSTEP_TRANSPORT=tcp "$allreduce" --workers "$workers" \
-        --sizes "$sizes" --reps "$reps" \
-        --budget-ms "$budget_ms" --json "$work/round-$round-lockstep.json" ;;
+    lockstep|lockstep_ring)
+      # TCP between the workers, even where they share memory (they all run
+      # here): lockstep's choice of algorithm per call, and its ring alone.
+      local algorithm=auto
+      [[ "$1" == lockstep ]] || algorithm=ring
+      launch "$1" env LOCKSTEP_TRANSPORT=tcp LOCKSTEP_ALGORITHM="$algorithm" "$allreduce" \
+        --workers "$workers" --sizes "$sizes" --reps "$reps" \
+        --budget-ms "$budget_ms" --json "$work/round-$round-$1.json" ;;
   esac
 }
 
-arms=(mpi_tcp gloo_ring lockstep_mpi socket_floor mpi_tcp_again gloo_halving_doubling lockstep)
+arms=(mpi_tcp gloo_ring lockstep_mpi socket_floor mpi_tcp_again gloo_halving_doubling lockstep
+  lockstep_ring)
 start_s=$SECONDS
 for ((round = 1; round <= rounds; ++round)); do
   shift_by=$(((round - 1) % ${#arms[@]}))
@@ -286,13 +298,14 @@ sizes = [int(s) for s in sizes.split(",")]
 peers = ("mpi_tcp", "gloo_ring", "gloo_halving_doubling")
 names = {"mpi_tcp": "Open MPI TCP", "gloo_ring": "Gloo ring",
          "gloo_halving_doubling": "Gloo halving-doubling", "lockstep": "lockstep",
+         "lockstep_ring": "lockstep's ring alone",
          "mpi_tcp_again": "Open MPI TCP again", "lockstep_mpi": "lockstep over MPI"}
 measured = (*peers, "socket_floor", "mpi_tcp_again")
 median = statistics.median
 target_sizes = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
 
 # per_round[impl][(world, bytes)] = [seconds in each round that has it]
-per_round = {impl: {} for impl in (*measured, "lockstep", "lockstep_mpi")}
+per_round = {impl: {} for impl in (*measured, "lockstep", "lockstep_mpi", "lockstep_ring")}
 for path in sorted(glob.glob(f"{work}/round-*-*.out")):
     impl = re.match(r".*/round-\d+-(.*?)(-\d+)?\.out$", path).group(1)
     if impl not in measured:
@@ -313,6 +326,10 @@ for path in sorted(glob.glob(f"{work}/round-*-lockstep.json")):
         key = (row["workers"], row["bytes"])
         per_round["lockstep"].setdefault(key, []).append(row["seconds"])
         of_bound.setdefault(key, []).append(row["algbw_gbs"] / row["bound_gbs"])
+for path in sorted(glob.glob(f"{work}/round-*-lockstep_ring.json")):
+    for row in json.load(open(path))["rows"]:
+        per_round["lockstep_ring"].setdefault((row["workers"], row["bytes"]), []).append(
+            row["seconds"])
 for path in sorted(glob.glob(f"{work}/round-*-lockstep_mpi-*.json")):
     for row in json.load(open(path))["rows"]:
         per_round["lockstep_mpi"].setdefault((row["workers"], row["bytes"]), []).append(
@@ -328,6 +345,11 @@ def by_round(impl, key):
 aa_spreads = [max(a, b) / min(a, b) - 1 for b_ in target_sizes
               for a, b in zip(by_round("mpi_tcp", (2, b_)), by_round("mpi_tcp_again", (2, b_)))]
 aa = median(aa_spreads) if aa_spreads else None
+# The same, with W processes (the choice's targets at 2 and 4).
+def aa_at(w):
+    spreads = [max(a, b) / min(a, b) - 1 for b_ in target_sizes
+               for a, b in zip(by_round("mpi_tcp", (w, b_)), by_round("mpi_tcp_again", (w, b_)))]
+    return median(spreads) if spreads else None
 
 def size(b):
     return f"{b} B" if b < 1024 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
@@ -418,6 +440,23 @@ print("\nA/A spread (W = 2, 1-64 MiB, median over rounds and sizes of the slower
       f"MPI's two runs over the faster, minus 1): {'n/a' if aa is None else f'{100 * aa:.1f}%'}"
       f" from {len(aa_spreads)} pair(s).")
 
+print("\nlockstep's choice of algorithm per call (LOCKSTEP_ALGORITHM=auto) against its ring "
+      "alone (LOCKSTEP_ALGORITHM=ring), both over TCP; 4 B: latency in us, else algbw in GB/s; "
+      "chosen / ring = the choice's time / the ring's (below 1: the choice is faster); A/A = "
+      "Open MPI's spread with as many processes.\n")
+print("| S | W | ring | chosen | chosen / ring | A/A |")
+print("|---:|---:|---:|---:|---:|---:|")
+for row in rows:
+    b, w = row["bytes"], row["workers"]
+    figure = row["time_us"] if b <= 4 else row["algbw_gbs"]
+    t = row["time_us"]
+    chosen = t["lockstep"] / t["lockstep_ring"] if t["lockstep"] and t["lockstep_ring"] else None
+    row["lockstep_vs_lockstep_ring"] = chosen
+    spread = aa_at(w)
+    print(f"| {size(b)} | {w} | {number(figure['lockstep_ring'])} | {number(figure['lockstep'])} "
+          f"| {'n/a' if chosen is None else f'{chosen:.3f}'} "
+          f"| {'n/a' if spread is None else f'{100 * spread:.1f}%'} |")
+
 targets = []
 def target(what, measured, limit, at_least, unit):
     ok = measured is not None and limit is not None and (
@@ -448,6 +487,20 @@ if 2 in worlds:
                f"{number(raw)} us x (1.05 + A/A {'n/a' if aa is None else f'{aa:.3f}'})",
                t["lockstep_mpi"], None if raw is None or aa is None else raw * (1.05 + aa),
                False, "us")
+
+# The choice's targets (issue 31): 4 B with 4 processes no slower than Open
+# MPI over TCP; 1-64 MiB with 2 and 4 within the A/A spread of the ring.
+for row in rows:
+    b, w, t = row["bytes"], row["workers"], row["time_us"]
+    if b == 4 and w == 4:
+        target(f"4 B, 4 workers: latency <= Open MPI TCP's {number(t['mpi_tcp'])} us",
+               t["lockstep"], t["mpi_tcp"], False, "us")
+    if b in target_sizes and w in (2, 4):
+        spread = aa_at(w)
+        ring = t["lockstep_ring"]
+        target(f"{size(b)}, {w} workers: the choice's time <= the ring's {number(ring)} us x "
+               f"(1 + A/A {'n/a' if spread is None else f'{spread:.3f}'})", t["lockstep"],
+               None if ring is None or spread is None else ring * (1 + spread), False, "us")
 
 if targets:
     print("\n| target | measured | limit | |\n|---|---:|---:|---|")
