@@ -1,0 +1,141 @@
+#include "sim_link.hpp"
+
+#include "runtime/little_endian.hpp"
+
+#include "lockstep/error.hpp"
+
+#include <simgrid/Exception.hpp>
+#include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace lockstep::detail::sim {
+
+namespace sg4 = simgrid::s4u;
+
+namespace {
+
+std::string name(std::size_t rank) { return "rank " + std::to_string(rank); }
+
+sg4::Mailbox* mailbox(std::size_t from, std::size_t to) {
+  return sg4::Mailbox::by_name(std::to_string(from) + ">" + std::to_string(to));
+}
+
+/// Seconds from now to `deadline` on the simulated clock, at least 0.
+double seconds_until(link::time_point deadline) {
+  const auto left = std::chrono::duration<double>(deadline - simulated_now()).count();
+  return std::max(left, 0.0);
+}
+
+} // namespace
+
+link::time_point simulated_now() {
+  const std::chrono::duration<double> since_start(sg4::Engine::get_clock());
+  return link::time_point(std::chrono::duration_cast<link::time_point::duration>(since_start));
+}
+
+sim_link::sim_link(const sim_network& network, std::size_t rank)
+  : network_(network), rank_(rank) {}
+
+sim_link::~sim_link() = default;
+
+link::time_point sim_link::now() const { return simulated_now(); }
+
+void sim_link::start_exchange(std::size_t to, bool sends, std::size_t from, bool receives) {
+  for (const auto& [peer, moves] : {std::pair{to, sends}, std::pair{from, receives}})
+    if (peer == no_rank ? moves : peer >= network_.size)
+      throw value_error("sim_link: rank " + std::to_string(peer) + " is not a rank of "
+                        + std::to_string(network_.size));
+  if (network_.stop_rank == rank_ && exchanges_ == network_.stop_after)
+    throw host_stopped(name(rank_) + "'s host stopped after " + std::to_string(exchanges_)
+                       + " exchanges");
+  ++exchanges_;
+}
+
+void sim_link::receive(std::size_t from, std::uint8_t* into, std::size_t count,
+                       time_point deadline) {
+  std::size_t received = 0;
+  while (received < count) {
+    auto& rest = pending_[from];
+    if (!rest.message) {
+      sim_message* message = nullptr;
+      const auto get = mailbox(from, rank_)->get_async<sim_message>(&message);
+      try {
+        get->wait_for(seconds_until(deadline));
+      } catch (const simgrid::TimeoutException&) {
+        get->cancel();
+        throw link_deadline_passed("no data came from " + name(from) + " before the deadline");
+      }
+      rest.message.reset(message);
+      rest.at = 0;
+    }
+    const auto n = std::min(count - received, rest.message->size - rest.at);
+    if (into != nullptr && !rest.message->data.empty())
+      std::memcpy(into + received, rest.message->data.data() + rest.at, n);
+    received += n;
+    rest.at += n;
+    if (rest.at == rest.message->size)
+      rest.message.reset();
+  }
+}
+
+namespace {
+
+/// Posts `out` to `to`'s mailbox (nullptr for nothing to send).
+sg4::CommPtr post(std::size_t from, std::size_t to, std::span<const std::uint8_t> out,
+                  bool carry, std::unique_ptr<sim_message>& message) {
+  if (out.empty())
+    return nullptr;
+  message = std::make_unique<sim_message>();
+  message->size = out.size();
+  if (carry)
+    message->data.assign(out.begin(), out.end());
+  return mailbox(from, to)->put_async(message.get(), out.size());
+}
+
+/// Waits for a posted send; the receiver owns its message once it moved.
+void finish(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message, std::size_t to,
+            link::time_point deadline) {
+  if (!send)
+    return;
+  try {
+    send->wait_for(seconds_until(deadline));
+  } catch (const simgrid::TimeoutException&) {
+    send->cancel();
+    throw link_deadline_passed(name(to) + " took no data before the deadline");
+  }
+  (void)message.release();
+}
+
+} // namespace
+
+void sim_link::exchange(std::size_t to, std::span<const std::uint8_t> out, std::size_t from,
+                        std::span<std::uint8_t> in, time_point deadline) {
+  start_exchange(to, !out.empty(), from, !in.empty());
+  std::unique_ptr<sim_message> message;
+  const auto send = post(rank_, to, out, network_.carry_payloads, message);
+  receive(from, network_.carry_payloads ? in.data() : nullptr, in.size(), deadline);
+  finish(send, message, to, deadline);
+}
+
+void sim_link::exchange_frame(std::size_t to, std::span<const std::uint8_t> out,
+                              std::size_t from, bytes& in, std::size_t max_bytes,
+                              time_point deadline) {
+  start_exchange(to, !out.empty(), from, true);
+  std::unique_ptr<sim_message> message;
+  const auto send = post(rank_, to, out, true, message);
+  in.resize(8);
+  receive(from, in.data(), 8, deadline);
+  const auto length = load_le<std::uint64_t>(in);
+  if (length > max_bytes)
+    throw link_closed(name(from) + " sent a frame of " + std::to_string(length)
+                      + " bytes, more than any rank sends");
+  in.resize(8 + length);
+  receive(from, in.data() + 8, length, deadline);
+  finish(send, message, to, deadline);
+}
+
+} // namespace lockstep::detail::sim

@@ -1,0 +1,115 @@
+#pragma once
+
+// sim_link: a link (src/transport/link.hpp) over SimGrid's S4U, so that
+// lockstep's own algorithm code (src/collectives/) runs on a simulated
+// cluster (docs/algorithms.md, "A simulated cluster"). A test and
+// benchmark helper only: the library users link never sees SimGrid.
+//
+// Each rank is an S4U actor on its own simulated host; each ordered pair
+// of ranks (from, to) has a mailbox. exchange() posts its send (an
+// asynchronous put of the bytes, timed as out.size() bytes) and its
+// receive (gets from the peer's mailbox) at once and waits for both, so
+// the two directions of a host's link move together (full duplex; the
+// platform's links are split-duplex, sim_platform.hpp). A put is a
+// rendezvous: its bytes start to move when the receiver has posted its
+// get, then cost the route's latency plus size / bandwidth.
+//
+// Between two ranks bytes are a stream, as the link contract says: a
+// message larger than what one receive asks for is kept and read by the
+// next receives. now() is the simulated clock (seconds since the
+// simulation started, as a steady_clock time point), and every wait ends
+// at its deadline on that clock with link_deadline_passed naming the rank
+// waited for ("no data came from rank R before the deadline", as the
+// in-memory link says; "rank R took no data before the deadline" for a
+// send).
+//
+// Two switches, for all ranks of a simulation (sim_network):
+//   carry_payloads  false: exchange() moves sizes only (the receiver's
+//                   buffer is left as it is), so that sizes beyond what
+//                   the host's memory holds for every rank can be timed;
+//                   frames (exchange_frame) always carry their bytes,
+//                   since the algorithms read them.
+//   stop_rank       that rank's host stops when it starts its
+//                   (stop_after + 1)-th exchange: its actor ends (the
+//                   link throws host_stopped, which the runner catches),
+//                   nothing more comes from it and nothing sent to it is
+//                   taken, as a host that hangs.
+//
+// A rank's link is used by its actor only. SimGrid must run its actors
+// as threads (contexts/factory:thread, sim_platform.hpp's configuration),
+// since the algorithms keep thread_local scratch.
+
+#include "transport/link.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <unordered_map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace lockstep::detail::sim {
+
+/// Thrown by the link of the rank that stops (sim_network::stop_rank).
+class host_stopped : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// What every rank's link of one simulation shares.
+struct sim_network {
+  std::size_t size = 0;
+  bool carry_payloads = true;
+  std::optional<std::size_t> stop_rank;
+  std::size_t stop_after = 0; ///< exchanges the stopping rank completes first
+};
+
+/// One message in a mailbox: its bytes (none when payloads are not
+/// carried) and its size.
+struct sim_message {
+  std::vector<std::uint8_t> data;
+  std::size_t size = 0;
+};
+
+/// Rank `rank`'s end; construct it inside the rank's actor.
+class sim_link final : public link {
+public:
+  sim_link(const sim_network& network, std::size_t rank);
+  ~sim_link() override;
+
+  std::size_t size() const noexcept override { return network_.size; }
+  std::size_t rank() const noexcept override { return rank_; }
+  time_point now() const override;
+
+  void exchange(std::size_t to, std::span<const std::uint8_t> out, std::size_t from,
+                std::span<std::uint8_t> in, time_point deadline) override;
+
+  void exchange_frame(std::size_t to, std::span<const std::uint8_t> out, std::size_t from,
+                      bytes& in, std::size_t max_bytes, time_point deadline) override;
+
+  /// Exchanges this rank started (the stop counts them).
+  std::size_t exchanges() const noexcept { return exchanges_; }
+
+private:
+  struct pending {
+    std::unique_ptr<sim_message> message;
+    std::size_t at = 0; ///< bytes of it already received
+  };
+
+  void start_exchange(std::size_t to, bool sends, std::size_t from, bool receives);
+  /// Receives `count` bytes from `from` into `into` (nullptr: sizes only).
+  void receive(std::size_t from, std::uint8_t* into, std::size_t count, time_point deadline);
+
+  const sim_network& network_;
+  std::size_t rank_;
+  std::size_t exchanges_ = 0;
+  std::unordered_map<std::size_t, pending> pending_; ///< by sending rank: a message's rest
+};
+
+/// The simulated clock as a link time point.
+link::time_point simulated_now();
+
+} // namespace lockstep::detail::sim
