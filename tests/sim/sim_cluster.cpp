@@ -67,19 +67,22 @@ simulation decode(const std::string& in, std::size_t ranks) {
 }
 
 /// The child: the engine, the platform, one actor per host.
-std::string run_child(const platform_spec& spec, const sim_network& network,
-                      const rank_work& work) {
-  int argc = 1;
-  char program[] = "lockstep-sim";
-  char* argv[] = {program, nullptr};
-  sg4::Engine engine(&argc, argv);
-  xbt_log_control_set("root.thresh:critical"); // the suite's output is ours
-  configure_engine();
+std::string run_child(const platform_spec& spec, sim_network network, const rank_work& work) {
+  std::vector<std::string> args{"lockstep-sim", "--log=root.thresh:critical"};
+  for (const auto& setting : engine_settings())
+    args.push_back("--cfg=" + setting);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
+  sg4::Engine engine(&argc, argv.data());
   const auto hosts = build_platform(spec);
   simulation sim;
   sim.ranks.resize(spec.hosts);
+  network.actor_ids.resize(spec.hosts);
   for (std::size_t r = 0; r < spec.hosts; ++r)
-    sg4::Actor::create("rank" + std::to_string(r), hosts[r], [&, r] {
+    network.actor_ids[r] = sg4::Actor::create("rank" + std::to_string(r), hosts[r], [&, r] {
       auto& outcome = sim.ranks[r];
       try {
         sim_link link(network, r);
@@ -100,7 +103,7 @@ std::string run_child(const platform_spec& spec, const sim_network& network,
         outcome.error = e.what();
       }
       outcome.end_s = sg4::Engine::get_clock();
-    });
+    })->get_pid();
   engine.run();
   return encode(sim);
 }

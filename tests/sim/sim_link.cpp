@@ -5,6 +5,7 @@
 #include "lockstep/error.hpp"
 
 #include <simgrid/Exception.hpp>
+#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Mailbox.hpp>
@@ -38,7 +39,7 @@ link::time_point simulated_now() {
 }
 
 sim_link::sim_link(const sim_network& network, std::size_t rank)
-  : network_(network), rank_(rank) {}
+  : network_(network), rank_(rank), told_(network.size) {}
 
 sim_link::~sim_link() = default;
 
@@ -84,18 +85,6 @@ void sim_link::receive(std::size_t from, std::uint8_t* into, std::size_t count,
 
 namespace {
 
-/// Posts `out` to `to`'s mailbox (nullptr for nothing to send).
-sg4::CommPtr post(std::size_t from, std::size_t to, std::span<const std::uint8_t> out,
-                  bool carry, std::unique_ptr<sim_message>& message) {
-  if (out.empty())
-    return nullptr;
-  message = std::make_unique<sim_message>();
-  message->size = out.size();
-  if (carry)
-    message->data.assign(out.begin(), out.end());
-  return mailbox(from, to)->put_async(message.get(), out.size());
-}
-
 /// Waits for a posted send; the receiver owns its message once it moved.
 void finish(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message, std::size_t to,
             link::time_point deadline) {
@@ -112,11 +101,27 @@ void finish(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message, std
 
 } // namespace
 
+sg4::CommPtr sim_link::post(std::size_t to, std::span<const std::uint8_t> out, bool carry,
+                           std::unique_ptr<sim_message>& message) {
+  if (out.empty())
+    return nullptr;
+  auto* box = mailbox(rank_, to);
+  if (!told_[to]) { // its bytes flow to `to` before it asks for them
+    box->set_receiver(sg4::Actor::by_pid(network_.actor_ids.at(to)));
+    told_[to] = true;
+  }
+  message = std::make_unique<sim_message>();
+  message->size = out.size();
+  if (carry)
+    message->data.assign(out.begin(), out.end());
+  return box->put_async(message.get(), out.size());
+}
+
 void sim_link::exchange(std::size_t to, std::span<const std::uint8_t> out, std::size_t from,
                         std::span<std::uint8_t> in, time_point deadline) {
   start_exchange(to, !out.empty(), from, !in.empty());
   std::unique_ptr<sim_message> message;
-  const auto send = post(rank_, to, out, network_.carry_payloads, message);
+  const auto send = post(to, out, network_.carry_payloads, message);
   receive(from, network_.carry_payloads ? in.data() : nullptr, in.size(), deadline);
   finish(send, message, to, deadline);
 }
@@ -126,7 +131,7 @@ void sim_link::exchange_frame(std::size_t to, std::span<const std::uint8_t> out,
                               time_point deadline) {
   start_exchange(to, !out.empty(), from, true);
   std::unique_ptr<sim_message> message;
-  const auto send = post(rank_, to, out, true, message);
+  const auto send = post(to, out, true, message);
   in.resize(8);
   receive(from, in.data(), 8, deadline);
   const auto length = load_le<std::uint64_t>(in);

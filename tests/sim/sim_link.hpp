@@ -11,8 +11,12 @@
 // receive (gets from the peer's mailbox) at once and waits for both, so
 // the two directions of a host's link move together (full duplex; the
 // platform's links are split-duplex, sim_platform.hpp). A put is a
-// rendezvous: its bytes start to move when the receiver has posted its
-// get, then cost the route's latency plus size / bandwidth.
+// eager send: the receiving actor is its mailbox's permanent receiver,
+// so the bytes start to move when the sender posts them (as TCP's send
+// buffers and MPI's eager sends do; a rendezvous would make a send wait
+// for a receive that the peer posts only after its own send is done), and
+// cost the route's latency plus size / bandwidth; a receive takes them
+// once they are in.
 //
 // Between two ranks bytes are a stream, as the link contract says: a
 // message larger than what one receive asks for is kept and read by the
@@ -41,6 +45,8 @@
 
 #include "transport/link.hpp"
 
+#include <simgrid/forward.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,6 +71,7 @@ struct sim_network {
   bool carry_payloads = true;
   std::optional<std::size_t> stop_rank;
   std::size_t stop_after = 0; ///< exchanges the stopping rank completes first
+  std::vector<long> actor_ids; ///< by rank: its actor (the runner sets them)
 };
 
 /// One message in a mailbox: its bytes (none when payloads are not
@@ -99,6 +106,10 @@ private:
     std::size_t at = 0; ///< bytes of it already received
   };
 
+  /// Posts `out` to `to` (null for nothing to send); `message` holds it
+  /// until the receiver took it.
+  simgrid::s4u::CommPtr post(std::size_t to, std::span<const std::uint8_t> out, bool carry,
+                             std::unique_ptr<sim_message>& message);
   void start_exchange(std::size_t to, bool sends, std::size_t from, bool receives);
   /// Receives `count` bytes from `from` into `into` (nullptr: sizes only).
   void receive(std::size_t from, std::uint8_t* into, std::size_t count, time_point deadline);
@@ -107,6 +118,7 @@ private:
   std::size_t rank_;
   std::size_t exchanges_ = 0;
   std::unordered_map<std::size_t, pending> pending_; ///< by sending rank: a message's rest
+  std::vector<bool> told_;                          ///< by rank: its mailbox has its receiver
 };
 
 /// The simulated clock as a link time point.

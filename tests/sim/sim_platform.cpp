@@ -74,12 +74,10 @@ std::size_t leaf_hosts(std::size_t hosts) {
   return best == 1 ? hosts : best;
 }
 
-void configure_engine() {
-  for (const char* setting :
-       {"network/model:CM02", "network/latency-factor:1", "network/bandwidth-factor:1",
-        "network/weight-S:0", "network/TCP-gamma:0", "network/crosstraffic:0",
-        "contexts/factory:thread"})
-    sg4::Engine::set_config(setting);
+std::vector<std::string> engine_settings() {
+  return {"network/model:CM02",  "network/latency-factor:1", "network/bandwidth-factor:1",
+          "network/weight-S:0",  "network/TCP-gamma:0",      "network/crosstraffic:0",
+          "contexts/factory:thread"};
 }
 
 std::vector<sg4::Host*> build_platform(const platform_spec& spec) {

@@ -57,9 +57,10 @@ link_costs costs_of(const platform_spec& spec);
 /// `hosts` at most its square root (a prime count: one leaf of all).
 std::size_t leaf_hosts(std::size_t hosts);
 
-/// Sets the settings of the file comment on the engine (before the
-/// platform is built).
-void configure_engine();
+/// The settings of the file comment ("network/model:CM02", ...), which
+/// the engine takes on its command line (--cfg=...): the context factory
+/// must be chosen before the engine starts.
+std::vector<std::string> engine_settings();
 
 /// Builds `spec`'s platform on the running engine; its hosts by rank.
 /// Throws value_error for fewer than 2 hosts, or a bandwidth or latency

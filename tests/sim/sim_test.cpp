@@ -84,3 +84,113 @@ TEST_CASE("a transfer of S bytes between two hosts costs alpha + S/beta, both wa
           CHECK(close_to(transfer_seconds(spec, 0, 15, bytes, true), expected));
         }
 }
+
+namespace {
+
+/// Rank r's byte i of an all-gather block or a broadcast.
+std::uint8_t byte_of(std::size_t r, std::size_t i) {
+  return static_cast<std::uint8_t>((r * 131 + i * 7 + 1) & 0xff);
+}
+
+/// Fills `data` as rank `rank` holds it before a call of `kind` among
+/// `world` ranks (`bytes` per rank for the all-reduce and the broadcast,
+/// the whole buffer for the all-gather).
+void fill(collective_kind kind, std::size_t rank, std::size_t world, std::span<std::uint8_t> data) {
+  if (kind == collective_kind::all_reduce) {
+    for (std::size_t i = 0; i < data.size() / 4; ++i)
+      store_le<std::int32_t>(data.data() + 4 * i,
+                             static_cast<std::int32_t>(
+                               test::ring_values::value(i, rank, reduce_op::sum)));
+    return;
+  }
+  std::memset(data.data(), 0, data.size());
+  if (kind == collective_kind::broadcast) {
+    if (rank == 0)
+      for (std::size_t i = 0; i < data.size(); ++i)
+        data[i] = byte_of(0, i);
+    return;
+  }
+  const auto block = data.size() / world;
+  for (std::size_t i = 0; i < block; ++i)
+    data[rank * block + i] = byte_of(rank, i);
+}
+
+/// What is wrong with `data` after the call ("" when it is the closed
+/// form: the exact sum, which the ring gives for integers; every rank's
+/// block; rank 0's bytes).
+std::string check(collective_kind kind, std::size_t world, std::span<const std::uint8_t> data) {
+  if (kind == collective_kind::all_reduce) {
+    for (std::size_t i = 0; i < data.size() / 4; ++i) {
+      const auto got = load_le<std::int32_t>(data.subspan(4 * i));
+      const auto want = test::ring_values::expected<std::int32_t>(i, world, reduce_op::sum);
+      if (got != want)
+        return "element " + std::to_string(i) + " is " + std::to_string(got) + ", not "
+               + std::to_string(want);
+    }
+    return "";
+  }
+  const auto block = kind == collective_kind::all_gather ? data.size() / world : data.size();
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const auto owner = kind == collective_kind::all_gather ? i / block : 0;
+    if (data[i] != byte_of(owner, i % block))
+      return "byte " + std::to_string(i) + " is not rank " + std::to_string(owner) + "'s";
+  }
+  return "";
+}
+
+/// The all-reduce's and the broadcast's bytes per rank; the all-gather's
+/// whole buffer is that many bytes a rank.
+std::size_t buffer_bytes(collective_kind kind, std::size_t world, std::size_t bytes) {
+  return kind == collective_kind::all_gather ? bytes * world : bytes;
+}
+
+/// One simulated call of `a` on `spec`, every rank starting at 0 with
+/// sizes only (every rank works in one buffer of the parent's: the
+/// results are not checked); its simulated seconds.
+double simulated_seconds(const platform_spec& spec, collective_kind kind, algorithm a,
+                         bool agreed, std::size_t bytes) {
+  std::vector<std::uint8_t> shared(bytes);
+  sim_network network;
+  network.carry_payloads = false;
+  const auto sim = simulate(spec, network, [&](sim_link& link) -> std::string {
+    run_call(link, kind, a, agreed, shared, link.now() + 3600s);
+    return "";
+  });
+  const auto problem = sim.first_problem();
+  if (!problem.empty())
+    FAIL(to_string(a) << " " << to_string(kind) << " on " << spec.hosts << " hosts, " << bytes
+                      << " B: " << problem);
+  return sim.seconds();
+}
+
+const std::vector<std::size_t> result_hosts{2, 3, 5, 8, 13, 64};
+
+} // namespace
+
+TEST_CASE("every algorithm gives the closed forms (the ring's results) on 2 to 1,024 simulated "
+          "hosts, payloads combined") {
+  for (const auto hosts : result_hosts) {
+    // Elements per rank: one, fewer than the ranks, some, and 64 KiB
+    // (1,024 hosts x 64 KiB is what the suite keeps in memory at once).
+    const std::vector<std::size_t> sizes{4, 12, 4000, 64 * kib};
+    const platform_spec spec{topology::star, hosts, gbit_per_s(25), 1e-6};
+    const auto sim = simulate(spec, sim_network{}, [&](sim_link& link) -> std::string {
+      std::vector<std::uint8_t> data;
+      for (const auto kind : simulated_kinds)
+        for (const auto a : algorithms_for(kind))
+          for (const bool agreed : {false, true})
+            for (const auto bytes : sizes) {
+              data.resize(buffer_bytes(kind, hosts, bytes));
+              fill(kind, link.rank(), hosts, data);
+              run_call(link, kind, a, agreed, data, link.now() + 3600s);
+              if (auto problem = check(kind, hosts, data); !problem.empty())
+                return std::string{to_string(a)} + " " + std::string{to_string(kind)}
+                       + (agreed ? " (agreed)" : "") + ", " + std::to_string(bytes)
+                       + " B: " + problem;
+            }
+      return "";
+    });
+    CAPTURE(hosts);
+    CHECK(sim.first_problem() == "");
+  }
+}
