@@ -74,7 +74,7 @@ void sim_link::receive(std::size_t from, std::uint8_t* into, std::size_t count,
       rest.at = 0;
     }
     const auto n = std::min(count - received, rest.message->size - rest.at);
-    if (into != nullptr && !rest.message->data.empty())
+    if (!rest.message->data.empty()) // else sizes only (sim_network::carry_payloads)
       std::memcpy(into + received, rest.message->data.data() + rest.at, n);
     received += n;
     rest.at += n;
@@ -99,6 +99,18 @@ void finish(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message, std
   (void)message.release();
 }
 
+/// A send whose exchange failed: one that moved belongs to its receiver;
+/// one still moving is cancelled, and its message freed here.
+void abandon(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message) {
+  if (!send)
+    return;
+  if (send->test()) {
+    (void)message.release();
+    return;
+  }
+  send->cancel();
+}
+
 } // namespace
 
 sg4::CommPtr sim_link::post(std::size_t to, std::span<const std::uint8_t> out, bool carry,
@@ -121,8 +133,14 @@ void sim_link::exchange(std::size_t to, std::span<const std::uint8_t> out, std::
                         std::span<std::uint8_t> in, time_point deadline) {
   start_exchange(to, !out.empty(), from, !in.empty());
   std::unique_ptr<sim_message> message;
-  const auto send = post(to, out, network_.carry_payloads, message);
-  receive(from, network_.carry_payloads ? in.data() : nullptr, in.size(), deadline);
+  const auto send =
+    post(to, out, network_.carry_payloads || out.size() <= network_.carry_limit, message);
+  try {
+    receive(from, in.data(), in.size(), deadline);
+  } catch (...) {
+    abandon(send, message);
+    throw;
+  }
   finish(send, message, to, deadline);
 }
 
@@ -132,14 +150,19 @@ void sim_link::exchange_frame(std::size_t to, std::span<const std::uint8_t> out,
   start_exchange(to, !out.empty(), from, true);
   std::unique_ptr<sim_message> message;
   const auto send = post(to, out, true, message);
-  in.resize(8);
-  receive(from, in.data(), 8, deadline);
-  const auto length = load_le<std::uint64_t>(in);
-  if (length > max_bytes)
-    throw link_closed(name(from) + " sent a frame of " + std::to_string(length)
-                      + " bytes, more than any rank sends");
-  in.resize(8 + length);
-  receive(from, in.data() + 8, length, deadline);
+  try {
+    in.resize(8);
+    receive(from, in.data(), 8, deadline);
+    const auto length = load_le<std::uint64_t>(in);
+    if (length > max_bytes)
+      throw link_closed(name(from) + " sent a frame of " + std::to_string(length)
+                        + " bytes, more than any rank sends");
+    in.resize(8 + length);
+    receive(from, in.data() + 8, length, deadline);
+  } catch (...) {
+    abandon(send, message);
+    throw;
+  }
   finish(send, message, to, deadline);
 }
 

@@ -28,11 +28,13 @@
 // send).
 //
 // Two switches, for all ranks of a simulation (sim_network):
-//   carry_payloads  false: exchange() moves sizes only (the receiver's
-//                   buffer is left as it is), so that sizes beyond what
-//                   the host's memory holds for every rank can be timed;
-//                   frames (exchange_frame) always carry their bytes,
-//                   since the algorithms read them.
+//   carry_payloads  false: a message of more than carry_limit bytes
+//                   moves its size only (the receiver's buffer is left as
+//                   it is), so that sizes beyond what the host's memory
+//                   holds for every rank can be timed; smaller ones carry
+//                   their bytes, since the agreement's frames are read
+//                   (and a frame may be sent by exchange() and received
+//                   by exchange_frame()).
 //   stop_rank       that rank's host stops when it starts its
 //                   (stop_after + 1)-th exchange: its actor ends (the
 //                   link throws host_stopped, which the runner catches),
@@ -69,6 +71,7 @@ public:
 struct sim_network {
   std::size_t size = 0;
   bool carry_payloads = true;
+  std::size_t carry_limit = 1 << 20; ///< with carry_payloads false (above)
   std::optional<std::size_t> stop_rank;
   std::size_t stop_after = 0; ///< exchanges the stopping rank completes first
   std::vector<long> actor_ids; ///< by rank: its actor (the runner sets them)
