@@ -83,38 +83,7 @@ void sim_link::receive(std::size_t from, std::uint8_t* into, std::size_t count,
   }
 }
 
-namespace {
-
-/// Waits for a posted send; the receiver owns its message once it moved.
-void finish(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message, std::size_t to,
-            link::time_point deadline) {
-  if (!send)
-    return;
-  try {
-    send->wait_for(seconds_until(deadline));
-  } catch (const simgrid::TimeoutException&) {
-    send->cancel();
-    throw link_deadline_passed(name(to) + " took no data before the deadline");
-  }
-  (void)message.release();
-}
-
-/// A send whose exchange failed: one that moved belongs to its receiver;
-/// one still moving is cancelled, and its message freed here.
-void abandon(const sg4::CommPtr& send, std::unique_ptr<sim_message>& message) {
-  if (!send)
-    return;
-  if (send->test()) {
-    (void)message.release();
-    return;
-  }
-  send->cancel();
-}
-
-} // namespace
-
-sg4::CommPtr sim_link::post(std::size_t to, std::span<const std::uint8_t> out, bool carry,
-                           std::unique_ptr<sim_message>& message) {
+sg4::CommPtr sim_link::post(std::size_t to, std::span<const std::uint8_t> out, bool carry) {
   if (out.empty())
     return nullptr;
   auto* box = mailbox(rank_, to);
@@ -122,48 +91,51 @@ sg4::CommPtr sim_link::post(std::size_t to, std::span<const std::uint8_t> out, b
     box->set_receiver(sg4::Actor::by_pid(network_.actor_ids.at(to)));
     told_[to] = true;
   }
-  message = std::make_unique<sim_message>();
+  auto message = std::make_unique<sim_message>();
   message->size = out.size();
   if (carry)
     message->data.assign(out.begin(), out.end());
-  return box->put_async(message.get(), out.size());
+  // It moves on its own and its receiver frees it; a large one is waited for.
+  if (out.size() <= network_.send_buffer) {
+    box->put_init(message.release(), out.size())->detach();
+    return nullptr;
+  }
+  return box->put_async(message.release(), out.size());
+}
+
+void sim_link::finish(const sg4::CommPtr& send, std::size_t to, time_point deadline) {
+  if (!send)
+    return;
+  try {
+    send->wait_for(seconds_until(deadline));
+  } catch (const simgrid::TimeoutException&) {
+    throw link_deadline_passed(name(to) + " took no data before the deadline");
+  }
 }
 
 void sim_link::exchange(std::size_t to, std::span<const std::uint8_t> out, std::size_t from,
                         std::span<std::uint8_t> in, time_point deadline) {
   start_exchange(to, !out.empty(), from, !in.empty());
-  std::unique_ptr<sim_message> message;
   const auto send =
-    post(to, out, network_.carry_payloads || out.size() <= network_.carry_limit, message);
-  try {
-    receive(from, in.data(), in.size(), deadline);
-  } catch (...) {
-    abandon(send, message);
-    throw;
-  }
-  finish(send, message, to, deadline);
+    post(to, out, network_.carry_payloads || out.size() <= network_.carry_limit);
+  receive(from, in.data(), in.size(), deadline);
+  finish(send, to, deadline);
 }
 
 void sim_link::exchange_frame(std::size_t to, std::span<const std::uint8_t> out,
                               std::size_t from, bytes& in, std::size_t max_bytes,
                               time_point deadline) {
   start_exchange(to, !out.empty(), from, true);
-  std::unique_ptr<sim_message> message;
-  const auto send = post(to, out, true, message);
-  try {
-    in.resize(8);
-    receive(from, in.data(), 8, deadline);
-    const auto length = load_le<std::uint64_t>(in);
-    if (length > max_bytes)
-      throw link_closed(name(from) + " sent a frame of " + std::to_string(length)
-                        + " bytes, more than any rank sends");
-    in.resize(8 + length);
-    receive(from, in.data() + 8, length, deadline);
-  } catch (...) {
-    abandon(send, message);
-    throw;
-  }
-  finish(send, message, to, deadline);
+  const auto send = post(to, out, true);
+  in.resize(8);
+  receive(from, in.data(), 8, deadline);
+  const auto length = load_le<std::uint64_t>(in);
+  if (length > max_bytes)
+    throw link_closed(name(from) + " sent a frame of " + std::to_string(length)
+                      + " bytes, more than any rank sends");
+  in.resize(8 + length);
+  receive(from, in.data() + 8, length, deadline);
+  finish(send, to, deadline);
 }
 
 } // namespace lockstep::detail::sim

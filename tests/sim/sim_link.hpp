@@ -25,7 +25,7 @@
 // at its deadline on that clock with link_deadline_passed naming the rank
 // waited for ("no data came from rank R before the deadline", as the
 // in-memory link says; "rank R took no data before the deadline" for a
-// send).
+// large send that never arrived).
 //
 // Two switches, for all ranks of a simulation (sim_network):
 //   carry_payloads  false: a message of more than carry_limit bytes
@@ -72,6 +72,7 @@ struct sim_network {
   std::size_t size = 0;
   bool carry_payloads = true;
   std::size_t carry_limit = 1 << 20; ///< with carry_payloads false (above)
+  std::size_t send_buffer = 64 << 10; ///< sends up to this many bytes do not wait
   std::optional<std::size_t> stop_rank;
   std::size_t stop_after = 0; ///< exchanges the stopping rank completes first
   std::vector<long> actor_ids; ///< by rank: its actor (the runner sets them)
@@ -109,10 +110,12 @@ private:
     std::size_t at = 0; ///< bytes of it already received
   };
 
-  /// Posts `out` to `to` (null for nothing to send); `message` holds it
-  /// until the receiver took it.
-  simgrid::s4u::CommPtr post(std::size_t to, std::span<const std::uint8_t> out, bool carry,
-                             std::unique_ptr<sim_message>& message);
+  /// Posts `out` to `to` (nothing when it is empty): it moves on its own,
+  /// in order behind this rank's earlier messages to `to`; the send to
+  /// wait for when it is larger than the send buffer, else null.
+  simgrid::s4u::CommPtr post(std::size_t to, std::span<const std::uint8_t> out, bool carry);
+  /// Waits until `send` (when not null) arrived.
+  void finish(const simgrid::s4u::CommPtr& send, std::size_t to, time_point deadline);
   void start_exchange(std::size_t to, bool sends, std::size_t from, bool receives);
   /// Receives `count` bytes from `from` into `into` (nullptr: sizes only).
   void receive(std::size_t from, std::uint8_t* into, std::size_t count, time_point deadline);
