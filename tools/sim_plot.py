@@ -4,7 +4,10 @@
 one line per algorithm (points: the simulation; dashes: the alpha-beta
 model's cost_of), one panel per host count, as SVG through gnuplot.
 
-    tools/sim_plot.py RESULT.json OUT.svg [--hosts 16,128,1024]
+    tools/sim_plot.py OUT.svg RESULT.json... [--hosts 16,128,1024]
+
+The rows of several results (runs of different host counts on the same
+platform) are drawn together.
 
 Exit status 0, or 2 naming the problem (unreadable JSON, no rows for a host
 count, gnuplot missing or failing)."""
@@ -32,16 +35,22 @@ def main():
         except (IndexError, ValueError):
             fail("--hosts: expected whole numbers separated by commas")
         del args[at:at + 2]
-    if len(args) != 2:
-        fail("usage: tools/sim_plot.py RESULT.json OUT.svg [--hosts 16,128,1024]")
-    source, output = args
-    try:
-        with open(source) as f:
-            result = json.load(f)
-        rows = result["rows"]
-        platform = result["platform"]
-    except (OSError, ValueError, KeyError) as e:
-        fail(f"cannot read {source}: {e}")
+    if len(args) < 2:
+        fail("usage: tools/sim_plot.py OUT.svg RESULT.json... [--hosts 16,128,1024]")
+    output, sources = args[0], args[1:]
+    rows = []
+    platform = None
+    for source in sources:
+        try:
+            with open(source) as f:
+                result = json.load(f)
+            rows += result["rows"]
+            if platform is not None and result["platform"] != platform:
+                fail(f"{source} is another platform than {sources[0]}")
+            platform = result["platform"]
+        except (OSError, ValueError, KeyError) as e:
+            fail(f"cannot read {source}: {e}")
+    source = ", ".join(sources)
     gnuplot = shutil.which("gnuplot")
     if gnuplot is None:
         fail("gnuplot not found (apt-get install gnuplot-nox)")
