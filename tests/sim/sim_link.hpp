@@ -7,16 +7,19 @@
 //
 // Each rank is an S4U actor on its own simulated host; each ordered pair
 // of ranks (from, to) has a mailbox. exchange() posts its send (an
-// asynchronous put of the bytes, timed as out.size() bytes) and its
-// receive (gets from the peer's mailbox) at once and waits for both, so
-// the two directions of a host's link move together (full duplex; the
-// platform's links are split-duplex, sim_platform.hpp). A put is a
-// eager send: the receiving actor is its mailbox's permanent receiver,
-// so the bytes start to move when the sender posts them (as TCP's send
-// buffers and MPI's eager sends do; a rendezvous would make a send wait
-// for a receive that the peer posts only after its own send is done), and
-// cost the route's latency plus size / bandwidth; a receive takes them
-// once they are in.
+// asynchronous put, timed as out.size() bytes) and then receives (gets
+// from the peer's mailbox) while the send moves, so the two directions of
+// a host's link move together (full duplex; the platform's links are
+// split-duplex, sim_platform.hpp). Sends are eager, as over TCP: the
+// receiving actor is its mailbox's permanent receiver, so the bytes start
+// to move when the sender posts them (a rendezvous would make a send wait
+// for a receive that the peer posts only after its own send is done) and
+// cost the route's latency plus size / bandwidth; a receive takes them,
+// in the order they were sent, once they are in. As TCP's send returns
+// once the kernel's buffer holds the bytes, an exchange does not wait for
+// a send of up to sim_network::send_buffer bytes (64 KiB) to arrive, and
+// waits for a larger one, so that a rank's large sends in a row take turns
+// on its link instead of sharing it all at once.
 //
 // Between two ranks bytes are a stream, as the link contract says: a
 // message larger than what one receive asks for is kept and read by the
@@ -37,9 +40,8 @@
 //                   by exchange_frame()).
 //   stop_rank       that rank's host stops when it starts its
 //                   (stop_after + 1)-th exchange: its actor ends (the
-//                   link throws host_stopped, which the runner catches),
-//                   nothing more comes from it and nothing sent to it is
-//                   taken, as a host that hangs.
+//                   link throws host_stopped, which the runner catches)
+//                   and nothing more comes from it, as a host that hangs.
 //
 // A rank's link is used by its actor only. SimGrid must run its actors
 // as threads (contexts/factory:thread, sim_platform.hpp's configuration),
@@ -51,10 +53,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
-#include <optional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
