@@ -90,10 +90,15 @@ def main():
     for n, panel in plots:
         script.append(f"set title '{n} hosts'")
         parts = []
+        simulated = {a for _, a, kind in panel if kind == "sim"}
         for name, a, kind in panel:
-            style = (f"with linespoints pt 7 ps 0.5 lw 2 lc rgb '{colours[a]}' title '{a.replace('_', ' ')}'"
-                     if kind == "sim" else
-                     f"with lines dt 2 lw 1 lc rgb '{colours[a]}' notitle")
+            label = a.replace('_', ' ')
+            if kind == "sim":
+                style = f"with linespoints pt 7 ps 0.5 lw 2 lc rgb '{colours[a]}' title '{label}'"
+            elif a in simulated:
+                style = f"with lines dt 2 lw 1 lc rgb '{colours[a]}' notitle"
+            else:  # not simulated at this host count: the model alone
+                style = f"with lines dt 2 lw 1 lc rgb '{colours[a]}' title '{label} (model only)'"
             parts.append(f"{name} using 1:2 {style}")
         script.append("plot " + ", ".join(parts))
     script.append("unset multiplot")
