@@ -24,6 +24,7 @@ packages=(
   gnuplot-nox           # plots of benchmark tables
   openmpi-bin           # mpirun: tests/launchers_test and the 'mpi' suite run real Open MPI jobs
   libopenmpi-dev        # mpi.h: the collectives over MPI (meson option 'mpi'); bench/peers/mpi_allreduce.cpp
+  libsimgrid-dev        # SimGrid: the simulated cluster (meson option 'simgrid'; suite sim, bench/sim_allreduce)
 )
 # Only for tools/compare_mpi.sh and tools/compare_tcp.sh.
 comparison_packages=(
