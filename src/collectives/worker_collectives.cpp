@@ -34,13 +34,13 @@ link& link_for(algorithm a, const worker_links& links, ring_records& records,
 
 } // namespace
 
-void worker_agree(const worker_links& links, ring_records& records,
+void worker_agree(algorithm a, const worker_links& links, ring_records& records,
                   const collective_fingerprint& mine, const std::exception_ptr& failure,
                   link::time_point deadline) {
-  if (links.mesh != nullptr)
-    peer_agree(*links.mesh, records, mine, failure, deadline);
-  else
+  if (a == algorithm::ring || links.mesh == nullptr)
     ring_agree(links.ring, records, mine, failure, deadline);
+  else
+    peer_agree(*links.mesh, records, mine, failure, deadline);
 }
 
 void worker_all_reduce(algorithm a, const worker_links& links, ring_records& records,
@@ -59,15 +59,7 @@ void worker_all_reduce(algorithm a, const worker_links& links, ring_records& rec
       return;
     }
     case algorithm::ring:
-      if (links.mesh == nullptr) {
-        ring_all_reduce(links.ring, records, mine, failure, op, type, data, deadline);
-        return;
-      }
-      peer_agreed_all_reduce(*links.mesh, records, mine, failure, op, type, data, deadline,
-                             [&](reduce_op combining, dtype element,
-                                 std::span<std::uint8_t> bytes) {
-                               ring_all_reduce(links.ring, combining, element, bytes, deadline);
-                             });
+      ring_all_reduce(links.ring, records, mine, failure, op, type, data, deadline);
       return;
     case algorithm::binomial_tree:
       break;
@@ -81,7 +73,7 @@ void worker_all_gather(algorithm a, const worker_links& links, ring_records& rec
   if (a != algorithm::ring && a != algorithm::recursive_doubling)
     throw value_error("algorithm " + std::string{to_string(a)} + " cannot run all_gather");
   auto& group = link_for(a, links, records, mine, failure, deadline);
-  worker_agree(links, records, mine, failure, deadline);
+  worker_agree(a, links, records, mine, failure, deadline);
   if (a == algorithm::ring)
     ring_all_gather(group, data, deadline);
   else
@@ -95,7 +87,7 @@ void worker_broadcast(algorithm a, const worker_links& links, ring_records& reco
   if (a != algorithm::ring && a != algorithm::binomial_tree)
     throw value_error("algorithm " + std::string{to_string(a)} + " cannot run broadcast");
   auto& group = link_for(a, links, records, mine, failure, deadline);
-  worker_agree(links, records, mine, failure, deadline);
+  worker_agree(a, links, records, mine, failure, deadline);
   for (const auto buffer : buffers)
     if (a == algorithm::ring)
       ring_broadcast(group, root, buffer, deadline);

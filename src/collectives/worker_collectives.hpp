@@ -3,16 +3,18 @@
 // worker_collectives: a collective between workers by the algorithm a
 // call chose (algorithm_choice.hpp), over the links the workers hold: the
 // ring's (tcp_link: next and previous rank) and, where the workers
-// connected one, the mesh (a link to every rank). With a mesh every
-// collective agrees by recursive doubling (peer_agree) whatever its
-// algorithm, so ranks whose choices differ meet in the same agreement and
-// are told (the fingerprint names the algorithm); a small all-reduce
-// rides in that agreement's records (peer_agreed_all_reduce); the data
-// then moves by the chosen algorithm, the ring's on the ring's links.
-// Without a mesh (one worker, or none connected) everything is the ring's,
-// agreement included. Every function is called by every rank of the
-// group with the same algorithm; each throws the same error on every rank
-// when the ranks disagree, and the links' errors otherwise.
+// connected one, the mesh (a link to every rank). The ring agrees and
+// moves its data around the ring, as it always did (its small all-reduce
+// in the agreement's records); the other algorithms agree by recursive
+// doubling over the mesh (peer_agree; recursive doubling's small
+// all-reduce rides in it) and move their data over the mesh. The
+// fingerprint names the algorithm, so ranks whose non-ring choices differ
+// are told in the agreement; a rank on the ring and one off it do not meet
+// there, and the collective ends at its deadline (every rank must pass the
+// same per-call algorithm). Without a mesh only the ring runs. Every
+// function is called by every rank of the group with the same algorithm;
+// each throws the same error on every rank when the ranks disagree, and
+// the links' errors otherwise.
 
 #include <cstddef>
 #include <cstdint>
@@ -33,8 +35,8 @@ struct worker_links {
   link* mesh = nullptr; ///< any rank; null: none
 };
 
-/// The agreement alone (a collective with nothing to move).
-void worker_agree(const worker_links& links, ring_records& records,
+/// The agreement alone, as `a` agrees (a collective with nothing to move).
+void worker_agree(algorithm a, const worker_links& links, ring_records& records,
                   const collective_fingerprint& mine, const std::exception_ptr& failure,
                   link::time_point deadline);
 
