@@ -11,7 +11,8 @@
 //             rank v swaps every frame it holds (those of the ranks that
 //             virtual ranks v & ~(m-1) .. + m - 1 stand for) with
 //             virtual rank v ^ m, all in one outer frame (one message)
-//   fold out  rank r + 1 sends every other rank's frame back to r (1 step)
+//   fold out  rank r + 1 sends every rank's frame back to r, in one outer
+//             frame (1 step)
 //
 // log2(core) steps on a power of two, log2(core) + 2 otherwise. Then every
 // rank holds every rank's frame and records.check() throws the same
@@ -21,13 +22,10 @@
 
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <span>
 
 #include "collectives/collective_fingerprint.hpp"
 #include "collectives/ring_records.hpp"
-#include "lockstep/dtype.hpp"
-#include "lockstep/reduce_op.hpp"
 #include "transport/link.hpp"
 
 namespace lockstep::detail {
@@ -45,19 +43,5 @@ void peer_agree(link& group, ring_records& records, const collective_fingerprint
 void peer_agree(link& group, ring_records& records, const collective_fingerprint& mine,
                 const std::exception_ptr& failure, std::span<const std::uint8_t> payload,
                 link::time_point deadline);
-
-/// The agreed all-reduce over a group that reaches any rank: a buffer
-/// the ring would gather (all_reduce_gathers, ring_collectives.hpp) rides
-/// in the records of peer_agree and every rank combines them in rank
-/// order (the ring's bits, log2 steps in all); a larger one is agreed by
-/// peer_agree, then reduced by `reduce` (called with MEAN as SUM and half
-/// types widened to float32, as reduce_as_ring_does passes them). Every
-/// rank throws the same error when the ranks disagree.
-void peer_agreed_all_reduce(link& group, ring_records& records,
-                            const collective_fingerprint& mine, const std::exception_ptr& failure,
-                            reduce_op op, dtype type, std::span<std::uint8_t> data,
-                            link::time_point deadline,
-                            const std::function<void(reduce_op, dtype, std::span<std::uint8_t>)>&
-                              reduce);
 
 } // namespace lockstep::detail

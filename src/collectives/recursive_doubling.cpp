@@ -3,6 +3,7 @@
 #include "collectives/byte_reduction.hpp"
 #include "collectives/peer_agreement.hpp"
 #include "collectives/power_of_two_core.hpp"
+#include "collectives/ring_collectives.hpp"
 #include "collectives/thread_scratch.hpp"
 #include "runtime/fault_injection.hpp"
 
@@ -50,10 +51,19 @@ void recursive_doubling_all_reduce(link& group, ring_records& records,
                                    const collective_fingerprint& mine,
                                    const std::exception_ptr& failure, reduce_op op, dtype type,
                                    std::span<std::uint8_t> data, link::time_point deadline) {
-  peer_agreed_all_reduce(group, records, mine, failure, op, type, data, deadline,
-                         [&](reduce_op combining, dtype element, std::span<std::uint8_t> bytes) {
-                           reduce(group, combining, element, bytes, deadline);
-                         });
+  reduce_as_ring_does("recursive_doubling_all_reduce", op, type, data, group.size(),
+                      [&](reduce_op combining, dtype element, std::span<std::uint8_t> bytes) {
+                        const auto world = group.size();
+                        if (world > 1 && all_reduce_gathers(world, bytes.size(), element)) {
+                          // The data rides in the records: log2 steps in all.
+                          peer_agree(group, records, mine, failure, bytes, deadline);
+                          reduce_gathered(records, group.rank(), world, combining, element,
+                                          bytes);
+                          return;
+                        }
+                        peer_agree(group, records, mine, failure, deadline);
+                        reduce(group, combining, element, bytes, deadline);
+                      });
 }
 
 void recursive_doubling_all_reduce(link& group, reduce_op op, dtype type,
