@@ -144,6 +144,18 @@ private:
   std::vector<std::unique_ptr<tcp_mesh_link>> links_;
 };
 
+/// Connects `mesh` and gives each worker a tcp_ring_communicator over its
+/// end of `ring` and of the mesh.
+std::vector<std::unique_ptr<tcp_ring_communicator>>
+communicators(lockstep::detail::test::loopback_ring& ring, loopback_mesh& mesh) {
+  mesh.connect();
+  std::vector<std::unique_ptr<tcp_ring_communicator>> workers;
+  for (std::size_t r = 0; r < mesh.size(); ++r)
+    workers.push_back(std::make_unique<tcp_ring_communicator>(
+      ring.take(r), nullptr, std::make_unique<tcp_mesh_link>(mesh.take(r))));
+  return workers;
+}
+
 std::span<std::uint8_t> bytes_of(auto& values) {
   return {reinterpret_cast<std::uint8_t*>(values.data()), values.size() * sizeof(values[0])};
 }
@@ -477,11 +489,7 @@ TEST_CASE("a tcp_ring_communicator holds the workers' mesh beside its ring, and 
   constexpr std::size_t world = 3;
   lockstep::detail::test::loopback_ring ring(world);
   loopback_mesh mesh(world);
-  mesh.connect();
-  std::vector<std::unique_ptr<tcp_ring_communicator>> workers;
-  for (std::size_t r = 0; r < world; ++r)
-    workers.push_back(std::make_unique<tcp_ring_communicator>(
-      ring.take(r), nullptr, std::make_unique<tcp_mesh_link>(mesh.take(r))));
+  auto workers = communicators(ring, mesh);
   require_none(on_threads(world, [&](std::size_t r) {
     auto* group = workers[r]->mesh();
     REQUIRE(group != nullptr);
@@ -523,11 +531,7 @@ TEST_CASE("a tcp_ring_communicator with a mesh runs each call by the algorithm i
   constexpr std::size_t world = 4;
   lockstep::detail::test::loopback_ring ring(world);
   loopback_mesh mesh(world);
-  mesh.connect();
-  std::vector<std::unique_ptr<tcp_ring_communicator>> workers;
-  for (std::size_t r = 0; r < world; ++r)
-    workers.push_back(std::make_unique<tcp_ring_communicator>(
-      ring.take(r), nullptr, std::make_unique<tcp_mesh_link>(mesh.take(r))));
+  auto workers = communicators(ring, mesh);
   std::vector<link_costs> costs(world);
   require_none(on_threads(world, [&](std::size_t r) {
     auto& comm = *workers[r];

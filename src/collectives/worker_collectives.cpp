@@ -32,8 +32,8 @@ link& link_for(algorithm a, const worker_links& links, ring_records& records,
                       "their ring's");
 }
 
-} // namespace
-
+/// The agreement, as `a` agrees: the ring's around the ring, the
+/// others' by recursive doubling over the mesh.
 void worker_agree(algorithm a, const worker_links& links, ring_records& records,
                   const collective_fingerprint& mine, const std::exception_ptr& failure,
                   link::time_point deadline) {
@@ -42,6 +42,8 @@ void worker_agree(algorithm a, const worker_links& links, ring_records& records,
   else
     peer_agree(*links.mesh, records, mine, failure, deadline);
 }
+
+} // namespace
 
 void worker_all_reduce(algorithm a, const worker_links& links, ring_records& records,
                        const collective_fingerprint& mine, const std::exception_ptr& failure,

@@ -35,11 +35,6 @@ struct worker_links {
   link* mesh = nullptr; ///< any rank; null: none
 };
 
-/// The agreement alone, as `a` agrees (a collective with nothing to move).
-void worker_agree(algorithm a, const worker_links& links, ring_records& records,
-                  const collective_fingerprint& mine, const std::exception_ptr& failure,
-                  link::time_point deadline);
-
 /// Reduces `data` (elements of `type`) in place by `a` (ring,
 /// recursive_doubling or halving_doubling; without a mesh, the ring).
 void worker_all_reduce(algorithm a, const worker_links& links, ring_records& records,
