@@ -18,6 +18,8 @@
 
 #include <sched.h>
 
+#include <nlohmann/json.hpp>
+
 namespace lockstep::bench {
 
 /// A comma-separated list of whole numbers, each at least `minimum`.
@@ -118,6 +120,27 @@ inline std::string size_string(std::size_t bytes) {
   else
     std::snprintf(buf, sizeof buf, "%zu B", bytes);
   return buf;
+}
+
+/// A ratio (or time) that must stay at most `limit`.
+struct ratio_target {
+  std::string what;
+  double measured;
+  double limit;
+  bool pass() const { return measured <= limit; }
+};
+
+/// `targets` as --json's "targets" array (unit "x").
+inline nlohmann::json targets_json(const std::vector<ratio_target>& targets) {
+  auto out = nlohmann::json::array();
+  for (const auto& t : targets)
+    out.push_back({{"target", t.what},
+                   {"measured", t.measured},
+                   {"limit", t.limit},
+                   {"at_least", false},
+                   {"unit", "x"},
+                   {"pass", t.pass()}});
+  return out;
 }
 
 } // namespace lockstep::bench

@@ -257,12 +257,7 @@ double mlp_arm(const lockstep::strategy& s, mlp& model, bool split, std::size_t 
 
 // -- targets and output ---------------------------------------------------------
 
-struct target {
-  std::string what;
-  double measured;
-  double limit;
-  bool pass() const { return measured <= limit; }
-};
+using target = lockstep::bench::ratio_target;
 
 std::string range_string(const summary& s) {
   char buf[48];
@@ -292,14 +287,7 @@ void write_json(const std::string& path, const std::vector<arm_result>& arms,
                            {"us_per_step", a.us_per_step.median},
                            {"min_us_per_step", a.us_per_step.min},
                            {"max_us_per_step", a.us_per_step.max}});
-  out["targets"] = nlohmann::json::array();
-  for (const auto& t : targets)
-    out["targets"].push_back({{"target", t.what},
-                              {"measured", t.measured},
-                              {"limit", t.limit},
-                              {"at_least", false},
-                              {"unit", "x"},
-                              {"pass", t.pass()}});
+  out["targets"] = lockstep::bench::targets_json(targets);
   lockstep::bench::write_json_file(path, out.dump(2));
 }
 

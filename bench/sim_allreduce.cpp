@@ -162,12 +162,7 @@ std::string ratio(const std::optional<double>& s, double model) {
   return buf;
 }
 
-struct target {
-  std::string what;
-  double measured;
-  double limit;
-  bool pass() const { return measured <= limit; }
-};
+using target = lockstep::bench::ratio_target;
 
 std::vector<target> evaluate(const options& o, const std::vector<row>& rows) {
   std::vector<target> out;
@@ -282,14 +277,7 @@ int main(int argc, char** argv) try {
       j["agreed_us"] = r.agreed_s ? nlohmann::json(*r.agreed_s * 1e6) : nlohmann::json(nullptr);
       out["rows"].push_back(j);
     }
-    out["targets"] = nlohmann::json::array();
-    for (const auto& t : targets)
-      out["targets"].push_back({{"target", t.what},
-                                {"measured", t.measured},
-                                {"limit", t.limit},
-                                {"at_least", false},
-                                {"unit", "x"},
-                                {"pass", t.pass()}});
+    out["targets"] = lockstep::bench::targets_json(targets);
     out["wall_s"] = wall_s;
     lockstep::bench::write_json_file(o.json, out.dump(2));
   }

@@ -18,6 +18,7 @@
 #include "collectives/recursive_doubling.hpp"
 #include "collectives/ring_collectives.hpp"
 
+#include "gather_broadcast_checks.hpp"
 #include "memory_link.hpp"
 #include "reduce_values.hpp"
 #include "ring_values.hpp"
@@ -40,6 +41,7 @@
 
 using namespace lockstep;
 using namespace lockstep::detail;
+using lockstep::detail::test::check_gather_and_broadcast;
 using namespace lockstep::detail::test::ring_values;
 using lockstep::detail::test::memory_hub;
 using lockstep::detail::test::memory_link;
@@ -213,29 +215,8 @@ TEST_CASE("recursive-doubling all-gather and binomial-tree broadcast: worlds 1 t
   for (const auto world : worlds) {
     CAPTURE(world);
     run(world, [&](memory_link& group) {
-      const auto rank = group.rank();
-      for (const std::size_t block : {0, 1, 3, 1000}) {
-        std::vector<std::uint8_t> blocks(world * block, 0);
-        for (std::size_t i = 0; i < block; ++i)
-          blocks[rank * block + i] = static_cast<std::uint8_t>(31 * rank + i);
-        recursive_doubling_all_gather(group, blocks, group.now() + 30s);
-        for (std::size_t r = 0; r < world; ++r)
-          for (std::size_t i = 0; i < block; ++i)
-            if (blocks[r * block + i] != static_cast<std::uint8_t>(31 * r + i)) {
-              FAIL("rank " << rank << ": block " << r << " byte " << i << " of " << block
-                           << " is " << int{blocks[r * block + i]});
-              return;
-            }
-        for (std::size_t root = 0; root < world; ++root) {
-          std::vector<std::uint8_t> data(block * 100, static_cast<std::uint8_t>(rank + 1));
-          binomial_tree_broadcast(group, root, data, group.now() + 30s);
-          if (data != std::vector<std::uint8_t>(block * 100, static_cast<std::uint8_t>(root + 1))) {
-            FAIL("rank " << rank << " of " << world << " did not get root " << root << "'s "
-                         << data.size() << " bytes");
-            return;
-          }
-        }
-      }
+      for (const std::size_t block : {0, 1, 3, 1000})
+        check_gather_and_broadcast(group, block, block * 100);
       std::vector<std::uint8_t> odd(world + 1);
       if (world > 1)
         CHECK_THROWS_AS(recursive_doubling_all_gather(group, odd, group.now() + 1s), value_error);

@@ -25,6 +25,7 @@
 #include "transport/tcp/tcp_link.hpp"
 #include "transport/tcp/tcp_mesh_link.hpp"
 
+#include "gather_broadcast_checks.hpp"
 #include "loopback_ring.hpp"
 #include "ring_values.hpp"
 #include "file_support.hpp"
@@ -53,6 +54,7 @@
 
 using namespace lockstep;
 using namespace lockstep::detail;
+using lockstep::detail::test::check_gather_and_broadcast;
 using namespace lockstep::detail::test::ring_values;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
@@ -207,28 +209,8 @@ TEST_CASE("meshes of 1, 2, 3, 5 and 8 workers connect, and the point-to-point al
                 }
               }
             });
-      for (const std::size_t block : {0, 1, 1000, 200'000}) {
-        std::vector<std::uint8_t> blocks(world * block, 0);
-        for (std::size_t i = 0; i < block; ++i)
-          blocks[rank * block + i] = static_cast<std::uint8_t>(31 * rank + i);
-        recursive_doubling_all_gather(group, blocks, group.now() + 30s);
-        for (std::size_t r = 0; r < world; ++r)
-          for (std::size_t i = 0; i < block; ++i)
-            if (blocks[r * block + i] != static_cast<std::uint8_t>(31 * r + i)) {
-              FAIL("worker " << rank << ": block " << r << " byte " << i << " of " << block
-                             << " is " << int{blocks[r * block + i]});
-              return;
-            }
-        for (std::size_t root = 0; root < world; ++root) {
-          std::vector<std::uint8_t> data(block, static_cast<std::uint8_t>(rank + 1));
-          binomial_tree_broadcast(group, root, data, group.now() + 30s);
-          if (data != std::vector<std::uint8_t>(block, static_cast<std::uint8_t>(root + 1))) {
-            FAIL("worker " << rank << " of " << world << " did not get root " << root << "'s "
-                           << block << " bytes");
-            return;
-          }
-        }
-      }
+      for (const std::size_t block : {0, 1, 1000, 200'000})
+        check_gather_and_broadcast(group, block, block);
     });
   }
 }
