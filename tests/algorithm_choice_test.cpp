@@ -57,18 +57,51 @@ TEST_CASE("costs on a power of two are the closed forms") {
 TEST_CASE("costs off a power of two add the fold") {
   const std::size_t s = mib;
   const double d = s;
-  // 5 = 4 + 1: rank 0 folds into rank 1 and takes the result back.
-  check_cost(collective_kind::all_reduce, algorithm::recursive_doubling, 5, s, 4, 4 * d);
+  // 5 = 4 + 1: rank 0 folds into rank 1 and takes the result back; the
+  // fold overlaps the core's first step (its last partner is ahead), but
+  // not on 7 = 4 + 3, whose last partners folded in too.
+  check_cost(collective_kind::all_reduce, algorithm::recursive_doubling, 5, s, 3, 4 * d);
+  check_cost(collective_kind::all_reduce, algorithm::recursive_doubling, 7, s, 4, 4 * d);
   check_cost(collective_kind::all_reduce, algorithm::halving_doubling, 5, s, 6,
              2 * 3 * d / 4 + 2 * d);
   check_cost(collective_kind::all_reduce, algorithm::ring, 5, s, 8, 8 * double((s + 4) / 5));
   // Blocks of 1 MiB / 5 rounded up: the fold's block in, virtual rank 0
   // (two ranks) swaps 2 then 3 blocks, the whole 5 blocks back.
   const double block = (s + 4) / 5;
-  check_cost(collective_kind::all_gather, algorithm::recursive_doubling, 5, s, 4, 11 * block);
+  check_cost(collective_kind::all_gather, algorithm::recursive_doubling, 5, s, 3, 11 * block);
   check_cost(collective_kind::broadcast, algorithm::binomial_tree, 5, s, 3, 3 * d);
   check_cost(collective_kind::broadcast, algorithm::binomial_tree, 1024, s, 10, 10 * d);
   check_cost(collective_kind::all_reduce, algorithm::ring, 1, s, 0, 0);
+}
+
+TEST_CASE("off a power of two, a call of at least α·β bytes is paced: an α more in each step "
+          "that paces; below, those steps' messages share a link") {
+  const link_costs net{.alpha_s = 2e-6, .beta_bytes_per_s = 3.125e9}; // α·β 6,250 bytes
+  CHECK(paced_from_bytes(net) == 6250);
+  CHECK(paced_from_bytes(link_costs{}) == SIZE_MAX);
+  const double alpha = net.alpha_s;
+  const double beta = net.beta_bytes_per_s;
+  // Recursive doubling on 5 ranks: both core steps pace (rank 1 behind
+  // first, then its pair); paced it loses the fold's overlap (3 -> 4
+  // latencies) and waits two words.
+  for (const std::size_t s : {std::size_t{4096}, std::size_t{65536}}) {
+    const auto cost = cost_of(collective_kind::all_reduce, algorithm::recursive_doubling, 5, s);
+    CHECK(cost.paced_steps == 3);
+    CHECK(cost.unpaced_bytes == 2.0 * double(s));
+    const bool paced = s >= 6250;
+    const double want = paced ? 6 * alpha + 4.0 * double(s) / beta
+                              : 3 * alpha + 6.0 * double(s) / beta;
+    CHECK(cost.seconds(net) == doctest::Approx(want).epsilon(1e-12));
+  }
+  // Halving-doubling on 13 = 8 + 5: its reduce-scatter steps of mask 4
+  // (4 segments of 8) pace, the others (5 >= 2m) are behind on both sides.
+  const auto hd = cost_of(collective_kind::all_reduce, algorithm::halving_doubling, 13, 8000);
+  CHECK(hd.paced_steps == 1);
+  CHECK(hd.unpaced_bytes == 4 * 1000.0);
+  // On a power of two nothing paces.
+  const auto core = cost_of(collective_kind::all_reduce, algorithm::recursive_doubling, 8, mib);
+  CHECK(core.paced_steps == 0);
+  CHECK(core.unpaced_bytes == 0);
 }
 
 TEST_CASE("a call adds the agreement; small all-reduces carry their data in it") {

@@ -176,7 +176,7 @@ TEST_CASE("recursive doubling and halving-doubling all-reduce: worlds 1 to 9 and
 }
 
 TEST_CASE("recursive doubling and halving-doubling give every rank the same bits of floats of "
-          "mixed sign and magnitude, and integers the ring's bits") {
+          "mixed sign and magnitude, paced or not, and integers the ring's bits") {
   for (const std::size_t world : {3, 5, 7, 8, 16}) {
     CAPTURE(world);
     for (const auto& a : algorithms) {
@@ -196,8 +196,13 @@ TEST_CASE("recursive doubling and halving-doubling give every rank the same bits
               std::memcpy(mine.data(), input.data<T>().data(), mine.size());
             });
             auto ring = mine;
+            auto paced = mine;
             a.bare(group, op, type, mine, group.now() + 60s);
             ring_all_reduce(group, op, type, ring, group.now() + 60s);
+            group.pace_from(1); // every call paced (core_pacing.hpp): the same bits
+            a.bare(group, op, type, paced, group.now() + 60s);
+            group.pace_from(SIZE_MAX);
+            CHECK(paced == mine);
             results[group.rank()] = std::move(mine);
             rings[group.rank()] = std::move(ring);
           });
@@ -506,5 +511,26 @@ TEST_CASE("a rank that dies mid-collective fails every other rank's all-reduce w
       }
       CHECK(named);
     }
+  }
+}
+
+TEST_CASE("ranks that disagree on pacing fail with link_closed where the word should be, not with "
+          "wrong sums") {
+  // World 3: rank 1 folds rank 0 in and is behind, rank 2 is ahead and
+  // waits for rank 1's word, which an unpaced rank 1 does not send.
+  for (const auto& a : algorithms) {
+    const std::string name = a.name;
+    CAPTURE(name);
+    const auto errors = try_run(3, [&](memory_link& group) {
+      if (group.rank() != 1)
+        group.pace_from(1);
+      std::vector<float> data(1000, 1.0f); // first byte 0, not the word
+      a.bare(group, reduce_op::sum, dtype::f32, bytes_of(data), group.now() + 30s);
+    });
+    const auto what = error_of<link_closed>([&] {
+      if (errors[2])
+        std::rethrow_exception(errors[2]);
+    });
+    CHECK(contains(what, "rank 1 sent byte 0 where its pacing word belongs"));
   }
 }

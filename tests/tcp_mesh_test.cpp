@@ -165,7 +165,7 @@ std::span<std::uint8_t> bytes_of(auto& values) {
 } // namespace
 
 TEST_CASE("meshes of 1, 2, 3, 5 and 8 workers connect, and the point-to-point algorithms run over "
-          "them to the closed forms") {
+          "them to the closed forms, paced from 4000 bytes") {
   for (const std::size_t world : {1, 2, 3, 5, 8}) {
     CAPTURE(world);
     loopback_mesh mesh(world);
@@ -174,6 +174,7 @@ TEST_CASE("meshes of 1, 2, 3, 5 and 8 workers connect, and the point-to-point al
       const auto rank = group.rank();
       ring_records records;
       std::uint64_t seq = 0;
+      group.pace_from(4000); // from 1000 float32 on, paced off a power of two (core_pacing.hpp)
       // 1 and 3 elements (fewer than the ranks), 1000, and 300'003 (beyond
       // the socket buffers: both partners of a step send at once).
       for (const auto type : {dtype::f32, dtype::i64, dtype::f16})
@@ -509,8 +510,9 @@ TEST_CASE("a tcp_ring_communicator holds the workers' mesh beside its ring, and 
 }
 
 TEST_CASE("a tcp_ring_communicator with a mesh runs each call by the algorithm it chooses: "
-          "measured link costs, forced per call, and workers that choose differently told") {
-  constexpr std::size_t world = 4;
+          "measured link costs (and the pacing they give the mesh), forced per call, and workers "
+          "that choose differently told") {
+  constexpr std::size_t world = 5; // off a power of two: the fold, paced from α·β
   lockstep::detail::test::loopback_ring ring(world);
   loopback_mesh mesh(world);
   auto workers = communicators(ring, mesh);
@@ -520,6 +522,7 @@ TEST_CASE("a tcp_ring_communicator with a mesh runs each call by the algorithm i
     // No costs yet: the ring.
     CHECK(comm.algorithm_for(collective_kind::all_reduce, 4, {}) == algorithm::ring);
     costs[r] = comm.probe_links(10s);
+    CHECK(comm.mesh()->paced_from() == paced_from_bytes(costs[r]));
     // Measured by worker 0, the same everywhere: small buffers take
     // recursive doubling, the broadcast the tree.
     CHECK(comm.algorithm_for(collective_kind::all_reduce, 4, {}) ==
@@ -543,11 +546,11 @@ TEST_CASE("a tcp_ring_communicator with a mesh runs each call by the algorithm i
         const auto values = data[0].data<std::int32_t>();
         std::size_t wrong = 0;
         for (std::size_t i = 0; i < elements; ++i)
-          wrong += values[i] != static_cast<std::int32_t>(4 * (i % 7) + 100 * 6);
+          wrong += values[i] != static_cast<std::int32_t>(5 * (i % 7) + 100 * 10);
         CHECK_MESSAGE(wrong == 0, (forced ? to_string(*forced) : "auto") << ", " << elements);
       }
     auto mine = integers(3);
-    auto all = tensor::uninitialized(dtype::i32, {12});
+    auto all = tensor::uninitialized(dtype::i32, {15});
     comm.all_gather(r, mine, all, {});
     for (std::size_t w = 0; w < world; ++w)
       CHECK(all.data<std::int32_t>()[w * 3 + 2] == static_cast<std::int32_t>(2 + 100 * w));
@@ -565,7 +568,7 @@ TEST_CASE("a tcp_ring_communicator with a mesh runs each call by the algorithm i
                                            "recursive_doubling, worker 3 halving_doubling"),
                          value_error);
     comm.all_reduce(r, reduce_op::sum, data, data, {});
-    CHECK(data[0].data<std::int32_t>()[1] == 4 * 1 + 600);
+    CHECK(data[0].data<std::int32_t>()[1] == 5 * 1 + 1000);
   }));
   for (std::size_t r = 1; r < world; ++r) {
     CHECK(costs[r].alpha_s == costs[0].alpha_s);

@@ -1,5 +1,6 @@
 #include "collectives/algorithm_choice.hpp"
 
+#include "collectives/core_pacing.hpp"
 #include "collectives/power_of_two_core.hpp"
 #include "collectives/ring_collectives.hpp"
 
@@ -7,6 +8,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <cstdint>
 
 namespace lockstep::detail {
 
@@ -28,6 +31,16 @@ double ceil_div(std::size_t bytes, std::size_t parts) {
   return static_cast<double>((bytes + parts - 1) / parts);
 }
 
+/// The latencies of a log-step core with its fold, unpaced: a rank that
+/// folds in receives the fold while its partners ahead already send it
+/// their first messages, so the fold costs one α where its last partner
+/// is ahead (extra <= core / 2) and two where that partner folded in too.
+std::size_t folded_latencies(const power_of_two_core& core) {
+  if (core.extra == 0)
+    return core.steps();
+  return core.steps() + (2 * core.extra <= core.core ? 1 : 2);
+}
+
 /// Recursive doubling over the power-of-two core, each rank starting with
 /// `unit` bytes and gathering the others' (an all-gather of blocks, the
 /// agreement of records): in step k the largest message holds the units
@@ -36,14 +49,11 @@ double ceil_div(std::size_t bytes, std::size_t parts) {
 algorithm_cost doubling_gather(std::size_t ranks, double unit) {
   const power_of_two_core core(ranks);
   algorithm_cost cost;
-  for (std::size_t m = 1; m < core.core; m *= 2) {
-    ++cost.steps;
+  cost.steps = folded_latencies(core);
+  for (std::size_t m = 1; m < core.core; m *= 2)
     cost.bytes += static_cast<double>(m + std::min(m, core.extra)) * unit;
-  }
-  if (core.extra > 0) {
-    cost.steps += 2;
+  if (core.extra > 0)
     cost.bytes += unit + static_cast<double>(ranks) * unit;
-  }
   return cost;
 }
 
@@ -51,7 +61,18 @@ algorithm_cost operator+(algorithm_cost a, const algorithm_cost& b) {
   a.steps += b.steps;
   a.bytes += b.bytes;
   a.combined += b.combined;
+  a.paced_steps += b.paced_steps;
+  a.unpaced_bytes += b.unpaced_bytes;
+  a.call_bytes = std::max(a.call_bytes, b.call_bytes);
   return a;
+}
+
+/// Paced (core_pacing.hpp), a folded core loses the overlap of its fold
+/// (log2 core + 2 latencies) and waits one α in each step that paces.
+std::size_t paced_latencies(const power_of_two_core& core, std::size_t pacing_steps) {
+  if (pacing_steps == 0)
+    return 0;
+  return core.steps() + 2 - folded_latencies(core) + pacing_steps;
 }
 
 bool ring_small_path(std::size_t ranks, std::size_t bytes) {
@@ -120,13 +141,18 @@ algorithm_cost cost_of(collective_kind kind, algorithm a, std::size_t ranks, std
     case collective_kind::reduce_scatter: // the ring's all-reduce of the input, then a copy
     case collective_kind::all_reduce: {
       const auto folded = fold > 0 ? size : 0.0; // the fold combines one buffer
-      if (a == algorithm::recursive_doubling)
-        return {levels + fold, static_cast<double>(levels + fold) * size,
-                static_cast<double>(levels) * size + folded};
+      if (a == algorithm::recursive_doubling) {
+        const auto pacing = doubling_paced_steps(core);
+        return {folded_latencies(core), static_cast<double>(levels + fold) * size,
+                static_cast<double>(levels) * size + folded, paced_latencies(core, pacing),
+                static_cast<double>(pacing) * size, bytes};
+      }
       if (a == algorithm::halving_doubling) {
-        const auto halves = static_cast<double>(core.core - 1) * ceil_div(bytes, core.core);
+        const auto segment = ceil_div(bytes, core.core);
+        const auto halves = static_cast<double>(core.core - 1) * segment;
         return {2 * levels + fold, 2 * halves + static_cast<double>(fold) * size,
-                halves + folded};
+                halves + folded, halving_paced_steps(core),
+                static_cast<double>(halving_paced_segments(core)) * segment, bytes};
       }
       if (ring_small_path(ranks, bytes))
         return {ranks - 1, (n - 1) * size, (n - 1) * size};
@@ -145,6 +171,20 @@ algorithm_cost cost_of(collective_kind kind, algorithm a, std::size_t ranks, std
       return {ranks - 1, (n - 1) * size};
   }
   return {};
+}
+
+double algorithm_cost::seconds(const link_costs& link) const {
+  const bool paced = paced_steps > 0 && call_bytes >= paced_from_bytes(link);
+  const auto latencies = static_cast<double>(steps + (paced ? paced_steps : 0));
+  return latencies * link.alpha_s + (bytes + (paced ? 0 : unpaced_bytes)) / link.beta_bytes_per_s
+         + (link.gamma_bytes_per_s > 0 ? combined / link.gamma_bytes_per_s : 0.0);
+}
+
+std::size_t paced_from_bytes(const link_costs& link) {
+  const auto product = link.alpha_s * link.beta_bytes_per_s;
+  if (!(product > 0) || product >= 0x1p62)
+    return SIZE_MAX;
+  return static_cast<std::size_t>(std::ceil(product));
 }
 
 algorithm_cost call_cost(collective_kind kind, algorithm a, std::size_t ranks, std::size_t bytes,

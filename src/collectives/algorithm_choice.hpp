@@ -54,17 +54,26 @@ struct link_costs {
 };
 
 /// An algorithm's steps, critical bytes and the bytes combined on its
-/// critical path (the file comment).
+/// critical path (the file comment). A log-step algorithm off a power of
+/// two paces its steps from link::paced_from() bytes (core_pacing.hpp),
+/// as the call's size `call_bytes` decides: paced, it costs `paced_steps`
+/// more α; unpaced, each step that would pace shares a link, and its
+/// message (`unpaced_bytes` in all) crosses it once more.
 struct algorithm_cost {
   std::size_t steps = 0;
   double bytes = 0;
   double combined = 0;
+  std::size_t paced_steps = 0;
+  double unpaced_bytes = 0;
+  std::size_t call_bytes = 0;
 
-  double seconds(const link_costs& link) const {
-    return static_cast<double>(steps) * link.alpha_s + bytes / link.beta_bytes_per_s
-           + (link.gamma_bytes_per_s > 0 ? combined / link.gamma_bytes_per_s : 0.0);
-  }
+  double seconds(const link_costs& link) const;
 };
+
+/// The size from which a call is paced under `link`: its bandwidth-delay
+/// product α·β, from which an α costs less than the bytes a step would
+/// share a link with; SIZE_MAX where α or β is unknown (0).
+std::size_t paced_from_bytes(const link_costs& link);
 
 /// The algorithms that can run `kind`, in the order the choice prefers
 /// them on equal cost.

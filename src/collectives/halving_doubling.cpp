@@ -1,6 +1,7 @@
 #include "collectives/halving_doubling.hpp"
 
 #include "collectives/byte_reduction.hpp"
+#include "collectives/core_pacing.hpp"
 #include "collectives/peer_agreement.hpp"
 #include "collectives/power_of_two_core.hpp"
 #include "collectives/thread_scratch.hpp"
@@ -47,6 +48,8 @@ void reduce(link& group, reduce_op op, dtype type, std::span<std::uint8_t> data,
     const auto sent = segments(lower ? first + m : first, m);
     const auto peer = layout.rank_of(v ^ m);
     const std::span in(scratch, kept.size());
+    pace_step(group, peer, halving_behind(layout, v, m), halving_behind(layout, v ^ m, m),
+              data.size(), deadline);
     group.exchange(peer, sent, peer, in, deadline);
     combine_ordered(op, type, kept, in, lower);
     if (m == layout.core / 2)

@@ -23,7 +23,9 @@
 //                   its partner's (v ^ m)
 //   fold out        rank r + 1 sends the result back to r
 // 2 log2(core) steps (+2 off a power of two); 2 (core - 1)/core * S bytes
-// on a core rank's link for S bytes (+2S off a power of two).
+// on a core rank's link for S bytes (+2S off a power of two). Off a power
+// of two a call of link::paced_from() bytes or more paces its
+// reduce-scatter (core_pacing.hpp): the same bits, one word more a step.
 //
 // Order of combination: each element is a tree over the ranks in which
 // the first combination joins virtual ranks that are core/2 apart, the

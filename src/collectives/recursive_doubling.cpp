@@ -1,6 +1,7 @@
 #include "collectives/recursive_doubling.hpp"
 
 #include "collectives/byte_reduction.hpp"
+#include "collectives/core_pacing.hpp"
 #include "collectives/peer_agreement.hpp"
 #include "collectives/power_of_two_core.hpp"
 #include "collectives/ring_collectives.hpp"
@@ -36,6 +37,8 @@ void reduce(link& group, reduce_op op, dtype type, std::span<std::uint8_t> data,
   const auto v = layout.virtual_rank(rank);
   for (std::size_t m = 1; m < layout.core; m *= 2) {
     const auto peer = layout.rank_of(v ^ m);
+    pace_step(group, peer, doubling_behind(layout, v, m), doubling_behind(layout, v ^ m, m),
+              data.size(), deadline);
     group.exchange(peer, data, peer, scratch, deadline);
     combine_ordered(op, type, data, scratch, (v & m) == 0);
     if (m == 1)

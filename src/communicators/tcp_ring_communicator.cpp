@@ -43,7 +43,13 @@ tcp_ring_communicator::tcp_ring_communicator(ring_links links,
   forced_ = parse_algorithm_override(forced != nullptr ? forced : "");
   const char* costs = std::getenv("LOCKSTEP_LINK_COSTS");
   if (costs != nullptr && *costs != '\0')
-    costs_ = parse_link_costs(costs);
+    use_costs(parse_link_costs(costs));
+}
+
+void tcp_ring_communicator::use_costs(const link_costs& costs) {
+  costs_ = costs;
+  if (mesh_) // every rank holds the same costs: the same pacing
+    mesh_->pace_from(paced_from_bytes(costs));
 }
 
 worker_links tcp_ring_communicator::links() noexcept {
@@ -67,7 +73,7 @@ link_costs tcp_ring_communicator::probe_links(std::chrono::milliseconds timeout)
   auto* mesh = links().mesh;
   if (mesh == nullptr)
     return {};
-  costs_ = probe_link_costs(*mesh, mesh->now() + timeout);
+  use_costs(probe_link_costs(*mesh, mesh->now() + timeout));
   return *costs_;
 }
 

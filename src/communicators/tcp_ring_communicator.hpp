@@ -156,6 +156,9 @@ private:
   /// The links a collective runs on: the ring's and the mesh, if any.
   worker_links links() noexcept;
 
+  /// Takes `costs` for the choice and paces the mesh by them.
+  void use_costs(const link_costs& costs);
+
   /// Shuts the ring's link and the mesh down (safe from any thread): the
   /// neighbours and the peers fail at once instead of at their deadlines.
   void shut_down_links() noexcept;

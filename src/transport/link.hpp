@@ -108,12 +108,23 @@ public:
     exchange(no_rank, {}, from, in, deadline);
   }
 
+  /// The size of a call from which the log-step algorithms pace their
+  /// steps (collectives/core_pacing.hpp): the links' bandwidth-delay
+  /// product α·β (algorithm_choice.hpp's paced_from_bytes). It must be the
+  /// same on every rank of the group, as the link costs it comes from
+  /// are; SIZE_MAX, the default, never paces.
+  std::size_t paced_from() const noexcept { return paced_from_; }
+  void pace_from(std::size_t bytes) noexcept { paced_from_ = bytes; }
+
 protected:
   link() = default;
   link(const link&) = default;
   link& operator=(const link&) = default;
   link(link&&) = default;
   link& operator=(link&&) = default;
+
+private:
+  std::size_t paced_from_ = SIZE_MAX;
 };
 
 } // namespace lockstep::detail

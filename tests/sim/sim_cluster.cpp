@@ -86,6 +86,7 @@ std::string run_child(const platform_spec& spec, sim_network network, const rank
       auto& outcome = sim.ranks[r];
       try {
         sim_link link(network, r);
+        link.pace_from(paced_from_bytes(costs_of(spec))); // as a communicator paces
         outcome.problem = work(link);
       } catch (const host_stopped&) {
         outcome.stopped = true;
