@@ -2,6 +2,7 @@
 
 #include "lockstep/error.hpp"
 #include "runtime/log.hpp"
+#include "runtime/spin_wait.hpp"
 
 #include "test_support.hpp"
 
@@ -182,6 +183,18 @@ TEST_CASE("runtime_options: LOCKSTEP_SPIN_US") {
   opts.spin_wait = -1us;
   CHECK_THROWS_WITH_AS(opts.validate(), "runtime_options::spin_wait must be from 0 to 1000000 us, got -1 us",
                        value_error);
+}
+
+TEST_CASE("waits on other processes spin for spin_wait, yielding between polls once this host's "
+          "runnable threads outnumber its CPUs") {
+  const auto cpus = lockstep::detail::usable_cpus();
+  REQUIRE(cpus >= 1);
+  const auto fits = lockstep::detail::spin_for_runnable(cpus, 50us);
+  CHECK(fits.budget == 50us);
+  CHECK_FALSE(fits.yield);
+  const auto crowded = lockstep::detail::spin_for_runnable(cpus + 1, 50us);
+  CHECK(crowded.budget == 50us);
+  CHECK(crowded.yield);
 }
 
 TEST_CASE("runtime_options: LOCKSTEP_SCHEDULER_POLICY") {

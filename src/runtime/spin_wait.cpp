@@ -22,15 +22,19 @@ std::chrono::microseconds spin_budget(std::size_t threads) {
                                   : std::chrono::microseconds{0};
 }
 
-std::chrono::microseconds spin_budget_on_this_host() {
+host_spin spin_on_this_host() {
   // "0.52 0.58 0.59 3/467 12345": the fourth field is runnable/all.
   std::FILE* file = std::fopen("/proc/loadavg", "r");
   if (file == nullptr)
-    return std::chrono::microseconds{0};
+    return {};
   unsigned long runnable = 0;
   const bool read = std::fscanf(file, "%*s %*s %*s %lu/", &runnable) == 1;
   std::fclose(file);
-  return read ? spin_budget(runnable) : std::chrono::microseconds{0};
+  return read ? spin_for_runnable(runnable, get_runtime_options().spin_wait) : host_spin{};
+}
+
+host_spin spin_for_runnable(std::size_t runnable, std::chrono::microseconds spin_wait) {
+  return {spin_wait, runnable > usable_cpus()};
 }
 
 } // namespace lockstep::detail

@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
@@ -55,17 +56,20 @@ void keep_ahead(read_ahead& ahead, std::span<const std::uint8_t> early) {
   ahead.at = 0;
 }
 
-/// Polls `fds` without sleeping for up to `budget`; true once one is ready.
-/// A zero-timeout poll(2) reads the sockets' state without taking their
+/// Polls `fds` without sleeping for up to `spin.budget`, yielding the CPU
+/// between polls when `spin.yield`; true once one is ready. A
+/// zero-timeout poll(2) reads the sockets' state without taking their
 /// locks, where a retried send or receive would lock the socket that the
 /// peer's send is delivering into (on loopback, from the peer's CPU).
-bool spin_until_ready(std::span<pollfd> fds, std::chrono::microseconds budget) {
-  if (budget.count() <= 0)
+bool spin_until_ready(std::span<pollfd> fds, host_spin spin) {
+  if (spin.budget.count() <= 0)
     return false;
-  const auto until = io_clock::now() + budget;
+  const auto until = io_clock::now() + spin.budget;
   do {
     if (::poll(fds.data(), fds.size(), 0) > 0)
       return true;
+    if (spin.yield)
+      sched_yield();
   } while (io_clock::now() < until);
   return false;
 }
@@ -76,7 +80,7 @@ bool spin_until_ready(std::span<pollfd> fds, std::chrono::microseconds budget) {
 template <class Arrived>
 void send_and_receive(const duplex_ends& ends, std::span<const std::uint8_t> out,
                       std::span<std::uint8_t> in, Arrived arrived,
-                      std::chrono::microseconds spin, io_clock::time_point deadline) {
+                      host_spin spin, io_clock::time_point deadline) {
   // Set once: asio's non_blocking(true) is an ioctl(2) each time.
   for (auto* socket : {out.empty() ? nullptr : ends.send, in.empty() ? nullptr : ends.receive})
     if (socket != nullptr && !socket->non_blocking())
@@ -117,23 +121,23 @@ void send_and_receive(const duplex_ends& ends, std::span<const std::uint8_t> out
 
 } // namespace
 
-std::chrono::microseconds spin_budget_cache::get() {
+host_spin spin_budget_cache::get() {
   const auto now = io_clock::now();
   if (now - checked_ > std::chrono::milliseconds{10}) {
-    spin_ = spin_budget_on_this_host();
+    spin_ = spin_on_this_host();
     checked_ = now;
   }
   return spin_;
 }
 
 void duplex_exchange(const duplex_ends& ends, std::span<const std::uint8_t> out,
-                     std::span<std::uint8_t> in, std::chrono::microseconds spin,
+                     std::span<std::uint8_t> in, host_spin spin,
                      io_clock::time_point deadline) {
   send_and_receive(ends, out, in, [in](std::size_t) { return in; }, spin, deadline);
 }
 
 void duplex_exchange_frame(const duplex_ends& ends, std::span<const std::uint8_t> out, bytes& in,
-                           std::size_t max_bytes, std::chrono::microseconds spin,
+                           std::size_t max_bytes, host_spin spin,
                            io_clock::time_point deadline) {
   constexpr std::size_t length_bytes = 8;
   in.resize(std::max(length_bytes, out.size())); // as far as this rank's own frame

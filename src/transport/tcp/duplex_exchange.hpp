@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 
+#include "runtime/spin_wait.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/tcp/socket_io.hpp"
 
@@ -27,16 +28,15 @@ struct read_ahead {
   std::size_t at = 0;
 };
 
-/// How long an exchange may spin before it sleeps in poll(2):
-/// runtime_options::spin_wait while this host's runnable threads fit on its
-/// CPUs, else nothing (spin_budget_on_this_host), looked up again at most
-/// every 10 ms. For one thread at a time (the link's).
+/// How an exchange polls before it sleeps in poll(2): spin_on_this_host,
+/// looked up again at most every 10 ms. For one thread at a time (the
+/// link's).
 class spin_budget_cache {
 public:
-  std::chrono::microseconds get();
+  host_spin get();
 
 private:
-  std::chrono::microseconds spin_{0};
+  host_spin spin_;
   io_clock::time_point checked_{};
 };
 
@@ -59,7 +59,7 @@ struct duplex_ends {
 /// naming the worker whose connection closed, link_deadline_passed naming
 /// the worker it waited for when the deadline passes first.
 void duplex_exchange(const duplex_ends& ends, std::span<const std::uint8_t> out,
-                     std::span<std::uint8_t> in, std::chrono::microseconds spin,
+                     std::span<std::uint8_t> in, host_spin spin,
                      io_clock::time_point deadline);
 
 /// duplex_exchange() for frames: 8 bytes of little-endian length, then that
@@ -71,7 +71,7 @@ void duplex_exchange(const duplex_ends& ends, std::span<const std::uint8_t> out,
 /// duplex_exchange(), and connection_closed for a frame of more than
 /// `max_bytes`, which no worker sends.
 void duplex_exchange_frame(const duplex_ends& ends, std::span<const std::uint8_t> out, bytes& in,
-                           std::size_t max_bytes, std::chrono::microseconds spin,
+                           std::size_t max_bytes, host_spin spin,
                            io_clock::time_point deadline);
 
 } // namespace lockstep::detail
