@@ -92,8 +92,10 @@ std::vector<double> worker_times(const cluster_resolver& resolver, std::size_t w
     // Seconds per call over `calls` in-place all-reduces, after a meeting.
     const auto timed = [&](std::int64_t calls) {
       return strategy.run([&](replica_context& ctx) {
-        ctx.all_reduce(reduce_op::sum, tensor::zeros(dtype::f32, {}, current_device()));
+        // Zeroed (its pages touched) before the meeting, so that the clock
+        // starts on every worker together, as the peers' do.
         auto buffer = tensor::zeros(dtype::f32, {elements}, current_device());
+        ctx.all_reduce(reduce_op::sum, tensor::zeros(dtype::f32, {}, current_device()));
         const auto start = clock_type::now();
         for (std::int64_t c = 0; c < calls; ++c)
           buffer = ctx.all_reduce(reduce_op::sum, std::move(buffer));

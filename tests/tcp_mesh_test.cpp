@@ -14,7 +14,9 @@
 // it. Failures: a peer that closes (link_closed naming it), a peer that
 // never sends (the deadline, naming it), shut_down from another thread; a
 // tcp_ring_communicator that holds the mesh breaks it with its ring, and
-// runs each collective by the algorithm each call chooses over it.
+// runs each collective by the algorithm each call chooses over it, paced
+// by the link costs off a power of two, each a "collective" span on the
+// timeline's "between workers" track naming its algorithm.
 // No actor system: suite 'unit', so it runs under ThreadSanitizer too.
 
 #include "collectives/binomial_tree.hpp"
@@ -30,7 +32,9 @@
 #include "ring_values.hpp"
 #include "file_support.hpp"
 #include "test_support.hpp"
+#include "timeline_support.hpp"
 #include "runtime/little_endian.hpp"
+#include "runtime/timeline.hpp"
 
 #include "lockstep/error.hpp"
 #include "lockstep/float16.hpp"
@@ -47,6 +51,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -575,4 +580,48 @@ TEST_CASE("a tcp_ring_communicator with a mesh runs each call by the algorithm i
     CHECK(costs[r].beta_bytes_per_s == costs[0].beta_bytes_per_s);
   }
   CHECK(costs[0].alpha_s > 0);
+}
+
+TEST_CASE("the timeline shows each collective between workers on its track, with the algorithm "
+          "it ran") {
+  temporary_directory dir{"lockstep-mesh-timeline"};
+  const auto path = dir.path() / "trace.json";
+  constexpr std::size_t world = 3;
+  constexpr algorithm ran[] = {algorithm::ring, algorithm::recursive_doubling,
+                               algorithm::halving_doubling};
+  {
+    timeline_options on{path.string(), "0-0"};
+    auto recording = timeline_hold();
+    REQUIRE(recording);
+    REQUIRE(timeline_begin_steps(1) == 0);
+    lockstep::detail::test::loopback_ring ring(world);
+    loopback_mesh mesh(world);
+    auto workers = communicators(ring, mesh);
+    require_none(on_threads(world, [&](std::size_t r) {
+      timeline_set_thread_step(0);
+      for (const auto a : ran) {
+        collective_options options;
+        options.algorithm = a;
+        std::vector<tensor> data{tensor::scalar(1.0f)};
+        workers[r]->all_reduce(r, reduce_op::sum, data, data, options);
+        CHECK(data[0].as_double(0) == world);
+      }
+    }));
+  } // the recording ends: the file is complete
+  const auto trace = read_trace(path);
+  std::map<int, std::string> tracks;
+  for (const auto& e : trace)
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      tracks[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+  std::map<std::string, std::size_t> spans; // by algorithm
+  for (const auto& e : trace)
+    if (e["ph"] == "X" && e["name"] == "collective") {
+      CHECK(tracks[e["tid"].get<int>()] == "between workers");
+      CHECK(e["args"]["bytes"] == 4);
+      ++spans[e["args"]["algorithm"].get<std::string>()];
+    }
+  for (const auto a : ran) {
+    CAPTURE(to_string(a));
+    CHECK(spans[std::string{to_string(a)}] == world); // one a worker
+  }
 }

@@ -41,9 +41,10 @@
 // pass of log2(core) steps (+2), after which every rank combines the
 // buffers in rank order, the ring's bits (ring_collectives.hpp). Off a
 // power of two a call of link::paced_from() bytes or more paces its steps
-// (core_pacing.hpp): the same bits, one word more. Deadlines are the link's; a closed link or a silent peer throws
-// link_closed or link_deadline_passed naming it, and the caller closes
-// its link so that the others fail at once.
+// (core_pacing.hpp): the same bits, one word more. Deadlines are the
+// link's; a closed link or a silent peer throws link_closed or
+// link_deadline_passed naming it, and the caller closes its link so that
+// the others fail at once.
 
 #include <cstddef>
 #include <exception>
