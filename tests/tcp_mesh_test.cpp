@@ -60,16 +60,12 @@
 using namespace lockstep;
 using namespace lockstep::detail;
 using lockstep::detail::test::check_gather_and_broadcast;
+using lockstep::detail::test::token; // the loopback ring's, for the mesh too
 using namespace lockstep::detail::test::ring_values;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
 namespace {
-
-const bytes token = [] {
-  const std::string text = "mesh-test-token-0123456789";
-  return bytes(text.begin(), text.end());
-}();
 
 /// Runs `work(r)` on `world` threads; returns what each threw (null for none).
 std::vector<std::exception_ptr> on_threads(std::size_t world,

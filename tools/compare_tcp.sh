@@ -340,23 +340,23 @@ def by_round(impl, key):
     return per_round[impl].get(key, [])
 
 # The A/A control: how far Open MPI's two runs in one round differ (the
-# slower's time over the faster's, minus 1), the median over rounds and the
-# target sizes with 2 processes.
-aa_spreads = [max(a, b) / min(a, b) - 1 for b_ in target_sizes
-              for a, b in zip(by_round("mpi_tcp", (2, b_)), by_round("mpi_tcp_again", (2, b_)))]
-aa = median(aa_spreads) if aa_spreads else None
-# The spread at one size: what the lockstep-over-MPI target allows at that
-# size (Open MPI's own spread differs by size: its 64 MiB TCP all-reduce is
-# the erratic one).
+# slower's time over the faster's, minus 1), one value per round and size.
+def aa_spreads_at(w, sizes_):
+    return [max(a, b) / min(a, b) - 1 for b_ in sizes_
+            for a, b in zip(by_round("mpi_tcp", (w, b_)), by_round("mpi_tcp_again", (w, b_)))]
+# Their median over rounds at one size: what the lockstep-over-MPI target
+# allows at that size (Open MPI's own spread differs by size: its 64 MiB
+# TCP all-reduce is the erratic one).
 def aa_size(w, b_):
-    spreads = [max(a, b) / min(a, b) - 1
-               for a, b in zip(by_round("mpi_tcp", (w, b_)), by_round("mpi_tcp_again", (w, b_)))]
+    spreads = aa_spreads_at(w, [b_])
     return median(spreads) if spreads else None
-# The same, with W processes (the choice's targets at 2 and 4).
+# Their median over rounds and the target sizes with W processes (the
+# choice's targets at 2 and 4; with 2, the pooled figure also reported).
 def aa_at(w):
-    spreads = [max(a, b) / min(a, b) - 1 for b_ in target_sizes
-               for a, b in zip(by_round("mpi_tcp", (w, b_)), by_round("mpi_tcp_again", (w, b_)))]
+    spreads = aa_spreads_at(w, target_sizes)
     return median(spreads) if spreads else None
+aa_spreads = aa_spreads_at(2, target_sizes)
+aa = aa_at(2)
 
 def size(b):
     return f"{b} B" if b < 1024 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"

@@ -60,11 +60,9 @@ algorithm tcp_ring_communicator::algorithm_for(collective_kind kind, std::size_t
                                                const collective_options& options) const {
   if (options.algorithm && runs(kind, *options.algorithm))
     return *options.algorithm;
-  if (const auto a = forced_.for_kind(kind))
-    return *a;
   if (!costs_)
-    return algorithm::ring;
-  return choose_algorithm(kind, size(), bytes, *costs_);
+    return forced_.for_kind(kind).value_or(algorithm::ring);
+  return pick_algorithm(kind, size(), bytes, *costs_, forced_);
 }
 
 link_costs tcp_ring_communicator::probe_links(std::chrono::milliseconds timeout) {
